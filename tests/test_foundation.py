@@ -1,0 +1,82 @@
+"""Foundation: the three packages import, and configuration rejects bad values by name."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from agent.config import AgentConfig
+from tts_engine.config import EngineConfig, unknown_tts_variables
+from tts_engine.env import load_dotenv
+from tts_engine.errors import ConfigError
+
+
+@pytest.mark.parametrize("package", ["tts_engine", "agent", "token_server"])
+def test_packages_import(package: str) -> None:
+    assert importlib.import_module(package).__doc__
+
+
+def test_engine_defaults_match_design() -> None:
+    cfg = EngineConfig.from_env({})
+    assert (cfg.packet_frames, cfg.first_packet_frames, cfg.seed) == (2, 1, 42)
+    assert cfg.deterministic and cfg.deterministic_policy == "greedy"
+    assert cfg.gate_snr_baseline_db == 15.0
+
+
+@pytest.mark.parametrize(
+    ("env", "name"),
+    [
+        ({"TTS_DEEP_STREAM_PACKET_TOKENS": "two"}, "TTS_DEEP_STREAM_PACKET_TOKENS"),
+        ({"TTS_DEEP_STREAM_PACKET_TOKENS": "0"}, "TTS_DEEP_STREAM_PACKET_TOKENS"),
+        ({"TTS_DEEP_STREAM_DETERMINISTIC": "maybe"}, "TTS_DEEP_STREAM_DETERMINISTIC"),
+        ({"TTS_DEEP_STREAM_DETERMINISTIC_POLICY": "random"}, "TTS_DEEP_STREAM_DETERMINISTIC_POLICY"),
+        ({"TTS_DEEP_STREAM_DEVICE": "tpu"}, "TTS_DEEP_STREAM_DEVICE"),
+        ({"TTS_GATE_SNR_BASELINE_DB": "-3"}, "TTS_GATE_SNR_BASELINE_DB"),
+    ],
+)
+def test_engine_config_names_bad_variable(env: dict[str, str], name: str) -> None:
+    with pytest.raises(ConfigError, match=name):
+        EngineConfig.from_env(env)
+
+
+def test_cli_overrides_win_over_env() -> None:
+    cfg = EngineConfig.from_env({"TTS_DEEP_STREAM_PACKET_TOKENS": "4"}, packet_frames=3, seed=None)
+    assert cfg.packet_frames == 3 and cfg.seed == 42
+
+
+def test_unknown_tts_variables_are_reported() -> None:
+    assert unknown_tts_variables({"TTS_DEEP_STREAM_SEED": "1", "TTS_DEEP_STRAEM_SEED": "1"}) == ["TTS_DEEP_STRAEM_SEED"]
+
+
+@pytest.mark.parametrize(
+    ("env", "name"),
+    [
+        ({"LLM_MAX_TOKENS": "lots"}, "LLM_MAX_TOKENS"),
+        ({"LLM_TEMPERATURE": "5"}, "LLM_TEMPERATURE"),
+        ({"VAD_SILENCE_MS": "10"}, "VAD_SILENCE_MS"),
+        ({"TTS_FRAME_MS": "25"}, "TTS_FRAME_MS"),
+        ({"ENABLE_CONTINUATION": "perhaps"}, "ENABLE_CONTINUATION"),
+    ],
+)
+def test_agent_config_names_bad_variable(env: dict[str, str], name: str) -> None:
+    with pytest.raises(ConfigError, match=name):
+        AgentConfig.from_env(env)
+
+
+def test_dotenv_reads_quotes_and_keeps_existing(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = tmp_path / ".env"
+    f.write_text('# comment\nexport A_ONE="1"\nA_TWO=two\n\n')
+    monkeypatch.setenv("A_TWO", "kept")
+    monkeypatch.delenv("A_ONE", raising=False)
+    assert load_dotenv(f) == {"A_ONE": "1", "A_TWO": "two"}
+    import os
+
+    assert os.environ["A_ONE"] == "1" and os.environ["A_TWO"] == "kept"
+
+
+def test_dotenv_rejects_garbage_with_line_number(tmp_path) -> None:
+    f = tmp_path / ".env"
+    f.write_text("GOOD=1\nnot a pair\n")
+    with pytest.raises(ConfigError, match=":2:"):
+        load_dotenv(f)

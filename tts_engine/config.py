@@ -1,0 +1,115 @@
+"""Engine configuration: one dataclass, read from the environment (DESIGN.md §6) or built in code.
+
+Variable names keep the old system's names so its operators can move over. Every value is checked
+at start-up; a bad one raises `ConfigError` naming the variable and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from tts_engine.env import Env
+from tts_engine.errors import ConfigError
+
+#: Every TTS_* variable the engine understands; anything else starting with TTS_ is warned about.
+KNOWN_TTS_VARIABLES = (
+    "TTS_DEEP_STREAM_MODEL_DIR",
+    "TTS_DEEP_STREAM_DEVICE",
+    "TTS_DEEP_STREAM_DTYPE",
+    "TTS_DEEP_STREAM_PACKET_TOKENS",
+    "TTS_DEEP_STREAM_FIRST_PACKET_TOKENS",
+    "TTS_DEEP_STREAM_DETERMINISTIC",
+    "TTS_DEEP_STREAM_DETERMINISTIC_POLICY",
+    "TTS_DEEP_STREAM_SEED",
+    "TTS_DEEP_STREAM_MAX_STREAMS",
+    "TTS_DEEP_STREAM_MAX_TEXT_CHARS",
+    "TTS_DEEP_STREAM_METRICS",
+    "TTS_CODEGEN_CUDAGRAPH_TALKER",
+    "TTS_CODEGEN_CUDAGRAPH_CP",
+    "TTS_DECODER_CUDAGRAPH",
+    "TTS_CODE_DUMP_ENABLE",
+    "TTS_CODE_DUMP_DIR",
+    "TTS_REGRESSION_BASELINE",
+    "TTS_GATE_SNR_BASELINE_DB",
+    # read by the agent, not the engine, but legitimately TTS_-prefixed
+    "TTS_FRAME_MS",
+    "TTS_ENGINE_URL",
+)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model_dir: str = ""
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    dtype: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | bfloat16 | float16 | float32
+    packet_frames: int = 2  # codec frames per packet (80 ms each)
+    first_packet_frames: int = 1  # a smaller first packet cuts time-to-first-audio
+    deterministic: bool = True
+    deterministic_policy: str = "greedy"  # greedy | seeded
+    seed: int = 42
+    max_streams: int = 16  # concurrent stream slots (static cache batch size)
+    max_text_chars: int = 2000
+    metrics: bool = True
+    cudagraph_talker: bool = True  # only meaningful on CUDA
+    cudagraph_predictor: bool = True
+    cudagraph_decoder: bool = True
+    code_dump_enable: bool = False
+    code_dump_dir: str = "code_dumps"
+    regression_baseline: str = ""
+    gate_snr_baseline_db: float = 15.0
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> EngineConfig:
+        """Read the DESIGN.md §6 variables; keyword overrides (e.g. from CLI flags) win."""
+        env = Env(environ)
+        cfg = cls(
+            model_dir=env.str("TTS_DEEP_STREAM_MODEL_DIR", ""),
+            device=env.str("TTS_DEEP_STREAM_DEVICE", "auto"),
+            dtype=env.choice("TTS_DEEP_STREAM_DTYPE", "auto", ("auto", "bfloat16", "float16", "float32")),
+            packet_frames=env.int("TTS_DEEP_STREAM_PACKET_TOKENS", 2, lo=1, hi=64),
+            first_packet_frames=env.int("TTS_DEEP_STREAM_FIRST_PACKET_TOKENS", 1, lo=1, hi=64),
+            deterministic=env.bool("TTS_DEEP_STREAM_DETERMINISTIC", True),
+            deterministic_policy=env.choice("TTS_DEEP_STREAM_DETERMINISTIC_POLICY", "greedy", ("greedy", "seeded")),
+            seed=env.int("TTS_DEEP_STREAM_SEED", 42, lo=0, hi=2**62),
+            max_streams=env.int("TTS_DEEP_STREAM_MAX_STREAMS", 16, lo=1, hi=1024),
+            max_text_chars=env.int("TTS_DEEP_STREAM_MAX_TEXT_CHARS", 2000, lo=1, hi=100_000),
+            metrics=env.bool("TTS_DEEP_STREAM_METRICS", True),
+            cudagraph_talker=env.bool("TTS_CODEGEN_CUDAGRAPH_TALKER", True),
+            cudagraph_predictor=env.bool("TTS_CODEGEN_CUDAGRAPH_CP", True),
+            cudagraph_decoder=env.bool("TTS_DECODER_CUDAGRAPH", True),
+            code_dump_enable=env.bool("TTS_CODE_DUMP_ENABLE", False),
+            code_dump_dir=env.str("TTS_CODE_DUMP_DIR", "code_dumps"),
+            regression_baseline=env.str("TTS_REGRESSION_BASELINE", ""),
+            gate_snr_baseline_db=env.float("TTS_GATE_SNR_BASELINE_DB", 15.0, lo=0.0, hi=200.0),
+        )
+        clean = {k: v for k, v in overrides.items() if v is not None}
+        if clean:
+            cfg = dataclasses.replace(cfg, **clean)
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        dev = self.device
+        if not (dev in ("auto", "cpu", "cuda") or (dev.startswith("cuda:") and dev[5:].isdigit())):
+            raise ConfigError(f"TTS_DEEP_STREAM_DEVICE={dev!r} is not allowed; allowed values: auto, cpu, cuda, cuda:N")
+        if self.deterministic_policy not in ("greedy", "seeded"):
+            raise ConfigError(
+                f"TTS_DEEP_STREAM_DETERMINISTIC_POLICY={self.deterministic_policy!r} is not allowed; "
+                "allowed values: greedy, seeded"
+            )
+        for name, value, lo in (
+            ("TTS_DEEP_STREAM_PACKET_TOKENS", self.packet_frames, 1),
+            ("TTS_DEEP_STREAM_FIRST_PACKET_TOKENS", self.first_packet_frames, 1),
+            ("TTS_DEEP_STREAM_MAX_STREAMS", self.max_streams, 1),
+        ):
+            if value < lo:
+                raise ConfigError(f"{name}={value} is out of range (allowed: >= {lo})")
+
+
+def unknown_tts_variables(environ: Mapping[str, str] | None = None) -> list[str]:
+    """TTS_* variables that nothing reads: usually a typo worth a warning at start-up."""
+    env = os.environ if environ is None else environ
+    return sorted(k for k in env if k.startswith("TTS_") and k not in KNOWN_TTS_VARIABLES)

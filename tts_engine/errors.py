@@ -1,0 +1,49 @@
+"""Error types of the engine.
+
+Every mistake a caller can make is a `ValueError` subclass whose message names the field, the value
+and what is allowed, so servers can map it to a 4xx and the engine stays usable for the next request.
+"""
+
+from __future__ import annotations
+
+
+class TTSInputError(ValueError):
+    """A request the engine refuses (bad text, speaker, language or option)."""
+
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class UnknownSpeakerError(TTSInputError):
+    def __init__(self, speaker: str, valid: list[str]) -> None:
+        super().__init__(f"unknown speaker {speaker!r}; valid speakers: {', '.join(sorted(valid))}", field="speaker")
+
+
+class UnknownLanguageError(TTSInputError):
+    def __init__(self, language: str, valid: list[str]) -> None:
+        super().__init__(
+            f"unknown language {language!r}; valid languages: {', '.join(sorted(valid))}", field="language"
+        )
+
+
+class EmptyTextError(TTSInputError):
+    def __init__(self) -> None:
+        super().__init__("text is empty; give at least one non-space character", field="text")
+
+
+class TextTooLongError(TTSInputError):
+    def __init__(self, length: int, limit: int) -> None:
+        super().__init__(f"text has {length} characters; at most {limit} are allowed", field="text")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint directory that is missing, incomplete or of the wrong shape. Names the file."""
+
+
+class ConfigError(ValueError):
+    """A configuration value that does not parse or is out of range. Names the variable."""
+
+
+class EngineBusyError(RuntimeError):
+    """All stream slots are in use; retry later."""
