@@ -1,0 +1,320 @@
+#!/usr/bin/env bash
+# One place to start, stop and inspect the stack:  scripts/start_all.sh {start|stop|restart|status} [SERVICE...]
+#
+# Services, in start order (stop runs in reverse):
+#   llm    local vLLM (scripts/run_llm_server.sh)             only when LLM_LOCAL=1
+#   tts    standalone TTS server (scripts/run_tts_server.sh)  only when TTS_STANDALONE=1
+#   token  token + web server (python -m token_server)        unless TOKEN_SERVER=0
+#   agent  LiveKit agent worker (python -m agent start)       unless AGENT=0
+#
+# Each service runs in its own session/process group. Its pid file run/<svc>.pid holds "PID STARTTIME"
+# (STARTTIME = field 22 of /proc/PID/stat), so a pid that the kernel has since handed to another program
+# is never signalled. stop signals that process group only (SIGTERM, then SIGKILL after STOP_TIMEOUT):
+# never a process name, never pkill. Logs go to logs/<svc>.log (the previous run's log is kept as .1).
+# start waits for each service's health URL (with a timeout) before starting the next one and, on a
+# failure, prints the log tail, stops what this invocation started and exits 1.
+#
+# Configuration (environment or .env; the variables already in the environment win):
+#   <SVC>_CMD              command line to run (default above; tests point LLM_CMD at the fake server)
+#   <SVC>_HEALTH_URL       URL that must answer 2xx (defaults: $LLM_BASE_URL/models, :$TTS_PORT/healthz,
+#                          :$TOKEN_PORT/healthz, :$AGENT_HTTP_PORT/ = the worker's own health server)
+#   <SVC>_START_TIMEOUT    seconds to wait for health (llm 900, tts 300, token 30, agent 180)
+#   STOP_TIMEOUT (20), HEALTH_TIMEOUT per probe (3), RUN_DIR (run), LOG_DIR (logs), PYTHON (.venv/bin/python)
+#   KEEP_ON_FAILURE=1      leave already-started services running when a later one fails
+# Exit status: 0 ok; 1 a start/stop failed; 2 usage; 3 status found an enabled service down or unhealthy.
+set -uo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+ALL_SERVICES=(llm tts token agent)
+
+say() { printf '[start_all] %s\n' "$*"; }
+err() { printf '[start_all] ERROR: %s\n' "$*" >&2; }
+
+# --- .env (variables already set in the environment win)
+# shellcheck source=scripts/lib/dotenv.sh
+. "$ROOT/scripts/lib/dotenv.sh"
+load_env_file "${ENV_FILE:-$ROOT/.env}" || exit 2
+
+RUN_DIR=${RUN_DIR:-$ROOT/run}
+LOG_DIR=${LOG_DIR:-$ROOT/logs}
+if [ -z "${PYTHON:-}" ]; then
+  if [ -x "$ROOT/.venv/bin/python" ]; then PYTHON=$ROOT/.venv/bin/python; else PYTHON=python3; fi
+fi
+STOP_TIMEOUT=${STOP_TIMEOUT:-20}
+HEALTH_TIMEOUT=${HEALTH_TIMEOUT:-3}
+TTS_PORT=${TTS_PORT:-9000}
+TOKEN_PORT=${TOKEN_PORT:-3000}
+AGENT_HTTP_PORT=${AGENT_HTTP_PORT:-8081}
+export AGENT_HTTP_PORT TTS_PORT TOKEN_PORT
+
+for n in STOP_TIMEOUT HEALTH_TIMEOUT TTS_PORT TOKEN_PORT AGENT_HTTP_PORT; do
+  [[ ${!n} =~ ^[0-9]+$ ]] || { err "$n=${!n} is not a whole number"; exit 2; }
+done
+
+svc_enabled() {
+  case $1 in
+    llm) [ "${LLM_LOCAL:-0}" = 1 ] ;;
+    tts) [ "${TTS_STANDALONE:-0}" = 1 ] ;;
+    token) [ "${TOKEN_SERVER:-1}" = 1 ] ;;
+    agent) [ "${AGENT:-1}" = 1 ] ;;
+  esac
+}
+svc_switch() {
+  case $1 in llm) echo "LLM_LOCAL=1" ;; tts) echo "TTS_STANDALONE=1" ;; token) echo "TOKEN_SERVER=0" ;; agent) echo "AGENT=0" ;; esac
+}
+svc_cmd() {
+  case $1 in
+    llm) echo "${LLM_CMD:-bash scripts/run_llm_server.sh}" ;;
+    tts) echo "${TTS_CMD:-bash scripts/run_tts_server.sh}" ;;
+    token)
+      local dev=""; [ "${TOKEN_DEV:-0}" = 1 ] && dev=" --dev"
+      echo "${TOKEN_CMD:-$PYTHON -m token_server --host ${TOKEN_HOST:-0.0.0.0} --port $TOKEN_PORT$dev}" ;;
+    agent) echo "${AGENT_CMD:-$PYTHON -m agent start}" ;;
+  esac
+}
+svc_health_url() {
+  case $1 in
+    llm) echo "${LLM_HEALTH_URL:-${LLM_BASE_URL:-http://127.0.0.1:8000/v1}/models}" ;;
+    tts) echo "${TTS_HEALTH_URL:-http://127.0.0.1:$TTS_PORT/healthz}" ;;
+    token) echo "${TOKEN_HEALTH_URL:-http://127.0.0.1:$TOKEN_PORT/healthz}" ;;
+    agent) echo "${AGENT_HEALTH_URL:-http://127.0.0.1:$AGENT_HTTP_PORT/}" ;;
+  esac
+}
+svc_timeout() {
+  local v
+  case $1 in
+    llm) v=${LLM_START_TIMEOUT:-900} ;; tts) v=${TTS_START_TIMEOUT:-300} ;;
+    token) v=${TOKEN_START_TIMEOUT:-30} ;; agent) v=${AGENT_START_TIMEOUT:-180} ;;
+  esac
+  [[ $v =~ ^[0-9]+$ ]] || { err "${1^^}_START_TIMEOUT=$v is not a whole number of seconds"; exit 2; }
+  echo "$v"
+}
+svc_hint() {
+  case $1 in
+    llm) echo "check the GPU (nvidia-smi), LLM_MODEL_DIR and LLM_BASE_URL's port; see logs/llm.log" ;;
+    tts) echo "check TTS_DEEP_STREAM_MODEL_DIR and TTS_PORT=$TTS_PORT; see logs/tts.log" ;;
+    token) echo "check LIVEKIT_API_KEY/LIVEKIT_API_SECRET (or TOKEN_DEV=1) and TOKEN_PORT=$TOKEN_PORT" ;;
+    agent) echo "run '$PYTHON -m agent preflight'; check LIVEKIT_URL and AGENT_HTTP_PORT=$AGENT_HTTP_PORT" ;;
+  esac
+}
+
+pid_file() { echo "$RUN_DIR/$1.pid"; }
+log_file() { echo "$LOG_DIR/$1.log"; }
+
+# field 22 of /proc/PID/stat (start time in clock ticks since boot); the command name may hold spaces
+proc_start_ticks() {
+  local stat rest
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  rest=${stat##*) }
+  # shellcheck disable=SC2086
+  set -- $rest
+  echo "${20}"
+}
+group_alive() { kill -0 -- "-$1" 2>/dev/null; }
+
+# Prints the recorded pid when the pid file names a live process that is still the one we started.
+# Returns 1 (and prints nothing) when there is no pid file; 2 when the file is stale.
+recorded_pid() {
+  local file pid ticks now
+  file=$(pid_file "$1")
+  [ -f "$file" ] || return 1
+  read -r pid ticks <"$file" || true
+  [[ ${pid:-} =~ ^[0-9]+$ ]] || return 2
+  now=$(proc_start_ticks "$pid") || { group_alive "$pid" && { echo "$pid"; return 0; }; return 2; }
+  [ "$now" = "${ticks:-}" ] || return 2
+  echo "$pid"
+}
+
+probe() {  # probe URL -> prints the HTTP status (000 when nothing answers); returns 0 on 2xx
+  local code
+  code=$(curl -s -o /dev/null -m "$HEALTH_TIMEOUT" -w '%{http_code}' "$1" 2>/dev/null) || true
+  code=${code:-000}
+  echo "$code"
+  [[ $code == 2* ]]
+}
+
+uptime_of() {
+  local s
+  s=$(ps -o etimes= -p "$1" 2>/dev/null | tr -d ' ')
+  [ -n "$s" ] || { echo "-"; return; }
+  printf '%dh%02dm%02ds' $((s / 3600)) $((s % 3600 / 60)) $((s % 60))
+}
+
+log_tail() {
+  local f
+  f=$(log_file "$1")
+  [ -f "$f" ] || return 0
+  printf '[start_all] --- last lines of %s ---\n' "$f" >&2
+  tail -n "${LOG_TAIL_LINES:-25}" "$f" >&2
+  printf '[start_all] ---\n' >&2
+}
+
+STARTED_NOW=()
+
+start_one() {
+  local svc=$1 pid rc=0 url timeout cmd log deadline code ticks
+  pid=$(recorded_pid "$svc") || rc=$?
+  if [ "$rc" = 0 ]; then
+    say "$svc: already running (pid $pid)"
+    return 0
+  elif [ "$rc" = 2 ]; then
+    say "$svc: removing stale pid file $(pid_file "$svc") (its process is gone)"
+    rm -f "$(pid_file "$svc")"
+  fi
+  url=$(svc_health_url "$svc")
+  if code=$(probe "$url"); then
+    err "$svc: $url already answers (HTTP $code) but start_all did not start it (no pid file)."
+    err "$svc: stop that process yourself or move this service to another port."
+    return 1
+  fi
+  cmd=$(svc_cmd "$svc")
+  timeout=$(svc_timeout "$svc") || exit 2
+  log=$(log_file "$svc")
+  [ -f "$log" ] && mv -f "$log" "$log.1"
+  printf '[start_all] %s starting: %s\n' "$(date -Is)" "$cmd" >"$log"
+  say "$svc: starting: $cmd (log: ${log#"$ROOT"/})"
+  # setsid: own session and process group (pid == pgid), so stop can signal exactly this tree
+  # 9>&-: the child must not inherit the lock, or the next start_all would wait for it
+  setsid bash -c "exec $cmd" >>"$log" 2>&1 </dev/null 9>&- &
+  pid=$!
+  ticks=$(proc_start_ticks "$pid") || ticks=0
+  echo "$pid $ticks" >"$(pid_file "$svc")"
+  STARTED_NOW+=("$svc")
+  deadline=$((SECONDS + timeout))
+  while :; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      wait "$pid" 2>/dev/null; rc=$?
+      err "$svc: exited during start-up (exit status $rc) before $url answered"
+      err "$svc: hint: $(svc_hint "$svc")"
+      log_tail "$svc"
+      rm -f "$(pid_file "$svc")"
+      return 1
+    fi
+    if code=$(probe "$url"); then
+      say "$svc: up (pid $pid, $url -> HTTP $code)"
+      return 0
+    fi
+    if ((SECONDS >= deadline)); then
+      err "$svc: not healthy after ${timeout}s ($url -> HTTP $code)"
+      err "$svc: hint: $(svc_hint "$svc"); raise ${svc^^}_START_TIMEOUT if it is only slow"
+      log_tail "$svc"
+      return 1
+    fi
+    sleep 0.5
+  done
+}
+
+stop_one() {
+  local svc=$1 pid rc=0 deadline
+  pid=$(recorded_pid "$svc") || rc=$?
+  if [ "$rc" = 1 ]; then
+    return 0
+  elif [ "$rc" = 2 ]; then
+    say "$svc: not running (removing stale pid file)"
+    rm -f "$(pid_file "$svc")"
+    return 0
+  fi
+  say "$svc: stopping process group $pid (SIGTERM)"
+  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+  deadline=$((SECONDS + STOP_TIMEOUT))
+  while group_alive "$pid" && ((SECONDS < deadline)); do sleep 0.2; done
+  if group_alive "$pid"; then
+    say "$svc: still running after ${STOP_TIMEOUT}s; sending SIGKILL to process group $pid"
+    kill -KILL -- "-$pid" 2>/dev/null || true
+    sleep 0.5
+  fi
+  if group_alive "$pid"; then
+    err "$svc: process group $pid survived SIGKILL; pid file kept ($(pid_file "$svc"))"
+    return 1
+  fi
+  rm -f "$(pid_file "$svc")"
+  say "$svc: stopped"
+}
+
+selected_services() {  # the services named on the command line, or all of them
+  local s
+  if (($# == 0)); then echo "${ALL_SERVICES[@]}"; return; fi
+  # keep the canonical order whatever order they were named in
+  for s in "${ALL_SERVICES[@]}"; do [[ " $* " == *" $s "* ]] && printf '%s ' "$s"; done
+  echo
+}
+
+cmd_start() {
+  local svc any=0 i
+  for svc in $(selected_services "$@"); do
+    if ! svc_enabled "$svc"; then
+      (($# > 0)) && say "$svc: disabled (set $(svc_switch "$svc") to change that); skipped"
+      continue
+    fi
+    any=1
+    if ! start_one "$svc"; then
+      if [ "${KEEP_ON_FAILURE:-0}" != 1 ] && ((${#STARTED_NOW[@]})); then
+        say "stopping what this start brought up: ${STARTED_NOW[*]}"
+        for ((i = ${#STARTED_NOW[@]} - 1; i >= 0; i--)); do stop_one "${STARTED_NOW[i]}" || true; done
+      fi
+      err "start failed at '$svc'"
+      return 1
+    fi
+  done
+  ((any)) || say "nothing enabled to start"
+  say "all started; 'scripts/start_all.sh status' shows them"
+}
+
+cmd_stop() {
+  local svc failed=0 list
+  list=$(selected_services "$@")
+  # reverse order: the worker goes first, the LLM last
+  for svc in $(echo "$list" | tr ' ' '\n' | tac); do
+    stop_one "$svc" || failed=1
+  done
+  return $failed
+}
+
+cmd_status() {
+  local svc pid rc state health uptime code bad=0 enabled
+  printf '%-6s %-8s %-8s %-8s %-11s %s\n' SERVICE STATE PID ENABLED UPTIME HEALTH
+  for svc in $(selected_services "$@"); do
+    rc=0; pid=$(recorded_pid "$svc") || rc=$?
+    enabled=no; svc_enabled "$svc" && enabled=yes
+    health=-; uptime=-
+    if [ "$rc" = 0 ]; then
+      state=up; uptime=$(uptime_of "$pid")
+      if code=$(probe "$(svc_health_url "$svc")"); then health="ok (HTTP $code)"; else
+        health="FAIL (HTTP $code at $(svc_health_url "$svc"))"; bad=1
+      fi
+    else
+      pid=-
+      if [ "$rc" = 2 ]; then state=stale; else state=down; fi
+      [ "$enabled" = yes ] && bad=1
+    fi
+    printf '%-6s %-8s %-8s %-8s %-11s %s\n' "$svc" "$state" "$pid" "$enabled" "$uptime" "$health"
+  done
+  return $((bad ? 3 : 0))
+}
+
+main() {
+  local action=${1:-} s
+  shift || true
+  case $action in
+    start | stop | restart | status) ;;
+    *) echo "usage: $0 {start|stop|restart|status} [SERVICE...]   (services: ${ALL_SERVICES[*]})" >&2; exit 2 ;;
+  esac
+  for s in "$@"; do
+    [[ " ${ALL_SERVICES[*]} " == *" $s "* ]] || { err "unknown service '$s' (allowed: ${ALL_SERVICES[*]})"; exit 2; }
+  done
+  mkdir -p "$RUN_DIR" "$LOG_DIR"
+  command -v curl >/dev/null || { err "curl is needed for health checks (Debian: apt-get install curl)"; exit 1; }
+  command -v setsid >/dev/null || { err "setsid (util-linux) is needed"; exit 1; }
+  if [ "$action" = status ]; then cmd_status "$@"; exit $?; fi
+  # one start/stop at a time: a second invocation waits for the lock instead of racing on pid files
+  exec 9>"$RUN_DIR/.lock"
+  flock -w 60 9 || { err "another start_all.sh holds $RUN_DIR/.lock for over 60s"; exit 1; }
+  case $action in
+    start) cmd_start "$@" ;;
+    stop) cmd_stop "$@" ;;
+    restart) cmd_stop "$@" && cmd_start "$@" ;;
+  esac
+}
+
+main "$@"
