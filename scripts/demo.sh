@@ -51,5 +51,5 @@ fi
 
 bash scripts/start_all.sh start || die "start failed (see above); logs are in logs/"
 bash scripts/start_all.sh status || true
-say "open http://127.0.0.1:${TOKEN_PORT:-3000}/ in a browser and press Join"
+say "open http://127.0.0.1:${TOKEN_SERVER_PORT:-3000}/ in a browser and press Join"
 say "stop everything with: scripts/start_all.sh stop"

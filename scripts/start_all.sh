@@ -17,7 +17,7 @@
 # Configuration (environment or .env; the variables already in the environment win):
 #   <SVC>_CMD              command line to run (default above; tests point LLM_CMD at the fake server)
 #   <SVC>_HEALTH_URL       URL that must answer 2xx (defaults: $LLM_BASE_URL/models, :$TTS_PORT/healthz,
-#                          :$TOKEN_PORT/healthz, :$AGENT_HTTP_PORT/ = the worker's own health server)
+#                          :$TOKEN_SERVER_PORT/healthz, :$AGENT_HTTP_PORT/ = the worker's own health server)
 #   <SVC>_START_TIMEOUT    seconds to wait for health (llm 900, tts 300, token 30, agent 180)
 #   STOP_TIMEOUT (20), HEALTH_TIMEOUT per probe (3), RUN_DIR (run), LOG_DIR (logs), PYTHON (.venv/bin/python)
 #   KEEP_ON_FAILURE=1      leave already-started services running when a later one fails
@@ -44,11 +44,11 @@ fi
 STOP_TIMEOUT=${STOP_TIMEOUT:-20}
 HEALTH_TIMEOUT=${HEALTH_TIMEOUT:-3}
 TTS_PORT=${TTS_PORT:-9000}
-TOKEN_PORT=${TOKEN_PORT:-3000}
+TOKEN_SERVER_PORT=${TOKEN_SERVER_PORT:-3000}
 AGENT_HTTP_PORT=${AGENT_HTTP_PORT:-8081}
-export AGENT_HTTP_PORT TTS_PORT TOKEN_PORT
+export AGENT_HTTP_PORT TTS_PORT TOKEN_SERVER_PORT
 
-for n in STOP_TIMEOUT HEALTH_TIMEOUT TTS_PORT TOKEN_PORT AGENT_HTTP_PORT; do
+for n in STOP_TIMEOUT HEALTH_TIMEOUT TTS_PORT TOKEN_SERVER_PORT AGENT_HTTP_PORT; do
   [[ ${!n} =~ ^[0-9]+$ ]] || { err "$n=${!n} is not a whole number"; exit 2; }
 done
 
@@ -69,15 +69,19 @@ svc_cmd() {
     tts) echo "${TTS_CMD:-bash scripts/run_tts_server.sh}" ;;
     token)
       local dev=""; [ "${TOKEN_DEV:-0}" = 1 ] && dev=" --dev"
-      echo "${TOKEN_CMD:-$PYTHON -m token_server --host ${TOKEN_HOST:-0.0.0.0} --port $TOKEN_PORT$dev}" ;;
+      # host and port come from TOKEN_SERVER_HOST / TOKEN_SERVER_PORT (the token server reads them itself)
+      echo "${TOKEN_CMD:-$PYTHON -m token_server$dev}" ;;
     agent) echo "${AGENT_CMD:-$PYTHON -m agent start}" ;;
   esac
+}
+local_host() {  # where to probe a server bound to $1: loopback for wildcard/empty binds
+  case $1 in "" | 0.0.0.0 | "::" | "[::]") echo 127.0.0.1 ;; *) echo "$1" ;; esac
 }
 svc_health_url() {
   case $1 in
     llm) echo "${LLM_HEALTH_URL:-${LLM_BASE_URL:-http://127.0.0.1:8000/v1}/models}" ;;
     tts) echo "${TTS_HEALTH_URL:-http://127.0.0.1:$TTS_PORT/healthz}" ;;
-    token) echo "${TOKEN_HEALTH_URL:-http://127.0.0.1:$TOKEN_PORT/healthz}" ;;
+    token) echo "${TOKEN_HEALTH_URL:-http://$(local_host "${TOKEN_SERVER_HOST:-}"):$TOKEN_SERVER_PORT/healthz}" ;;
     agent) echo "${AGENT_HEALTH_URL:-http://127.0.0.1:$AGENT_HTTP_PORT/}" ;;
   esac
 }
@@ -94,7 +98,7 @@ svc_hint() {
   case $1 in
     llm) echo "check the GPU (nvidia-smi), LLM_MODEL_DIR and LLM_BASE_URL's port; see logs/llm.log" ;;
     tts) echo "check TTS_DEEP_STREAM_MODEL_DIR and TTS_PORT=$TTS_PORT; see logs/tts.log" ;;
-    token) echo "check LIVEKIT_API_KEY/LIVEKIT_API_SECRET (or TOKEN_DEV=1) and TOKEN_PORT=$TOKEN_PORT" ;;
+    token) echo "check LIVEKIT_API_KEY/LIVEKIT_API_SECRET (or TOKEN_DEV=1) and TOKEN_SERVER_PORT=$TOKEN_SERVER_PORT" ;;
     agent) echo "run '$PYTHON -m agent preflight'; check LIVEKIT_URL and AGENT_HTTP_PORT=$AGENT_HTTP_PORT" ;;
   esac
 }
