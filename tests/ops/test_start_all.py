@@ -1,0 +1,209 @@
+"""scripts/start_all.sh on loopback: start -> status shows every service up and healthy -> stop leaves no process.
+
+What runs (all real processes, real HTTP, ephemeral ports):
+- llm:   `LLM_LOCAL=1` with LLM_CMD = `python -m agent.fake_openai` (the OpenAI-compatible fake that stands in
+         for vLLM; the real scripts/run_llm_server.sh needs a GPU and weights);
+- tts:   `TTS_STANDALONE=1`, `python -m tts_engine serve` on the tiny random-weight checkpoint;
+- token: `python -m token_server --dev`;
+- agent: `python -m agent start`, the real LiveKit worker. No LiveKit server can exist here, so LIVEKIT_URL
+         points at a closed loopback port: the worker keeps retrying to register, and its own health server
+         (LiveKit Agents' `GET /` on AGENT_HTTP_PORT) answers 200 meanwhile. This proves the process starts,
+         serves health and stops cleanly; it does NOT prove registration with LiveKit or a call (those need a
+         LiveKit server: see docs/operations.md, "what the tests cover").
+The stop check collects every process of every service's process group before stopping and asserts each is
+gone afterwards, and that a decoy process with the same command line, not started by start_all, survives.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "start_all.sh"
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="start_all.sh uses /proc and setsid")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _has(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def _group_members(pgid: int) -> set[int]:
+    members = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[2]) == pgid:  # field 5 (pgrp): after ")" come state, ppid, pgrp
+            members.add(int(entry.name))
+    return members
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _run(env: dict[str, str], *args: str, timeout: float = 150) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture
+def ops_env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LIVEKIT_", "TTS_", "LLM_", "AGENT"))}
+    env.update(
+        RUN_DIR=str(tmp_path / "run"),
+        LOG_DIR=str(tmp_path / "logs"),
+        ENV_FILE=os.devnull,
+        PYTHON=sys.executable,
+        STOP_TIMEOUT="15",
+        TOKEN_SERVER="1",
+        TOKEN_DEV="1",
+        TOKEN_SERVER_HOST="127.0.0.1",
+        TOKEN_SERVER_PORT=str(_free_port()),
+        AGENT="0",
+        LLM_LOCAL="0",
+        TTS_STANDALONE="0",
+    )
+    return env
+
+
+def test_start_status_stop_leaves_no_process(ops_env: dict[str, str], tiny_checkpoint: Path, tmp_path: Path) -> None:
+    env = dict(ops_env)
+    expected = ["token"]
+    llm_port = _free_port()
+    env.update(
+        LLM_LOCAL="1",
+        LLM_CMD=f"{sys.executable} -m agent.fake_openai --port {llm_port}",
+        LLM_BASE_URL=f"http://127.0.0.1:{llm_port}/v1",
+        STT_BASE_URL=f"http://127.0.0.1:{llm_port}/v1",
+        LLM_START_TIMEOUT="60",
+    )
+    expected.insert(0, "llm")
+    if _has("tts_engine.server"):
+        tts_port = _free_port()
+        env.update(
+            TTS_STANDALONE="1",
+            TTS_PORT=str(tts_port),
+            TTS_DEEP_STREAM_MODEL_DIR=str(tiny_checkpoint),
+            TTS_DEEP_STREAM_DEVICE="cpu",
+            TTS_CMD=f"{sys.executable} -m tts_engine serve --host 127.0.0.1 --port {tts_port}",
+            TTS_START_TIMEOUT="120",
+        )
+        expected.insert(1, "tts")
+    if _has("agent.worker"):
+        env.update(
+            AGENT="1",
+            AGENT_HTTP_PORT=str(_free_port()),
+            LIVEKIT_URL=f"ws://127.0.0.1:{_free_port()}",  # nothing listens: the worker retries
+            LIVEKIT_API_KEY="devkey",
+            LIVEKIT_API_SECRET="secret",
+            TTS_DEEP_STREAM_MODEL_DIR=str(tiny_checkpoint),
+            TTS_DEEP_STREAM_DEVICE="cpu",
+            AGENT_START_TIMEOUT="120",
+        )
+        expected.append("agent")
+
+    # a decoy with the fake server's exact command line that start_all did not start: stop must spare it
+    decoy_port = _free_port()
+    decoy = subprocess.Popen(
+        [sys.executable, "-m", "agent.fake_openai", "--port", str(decoy_port)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    members: dict[str, set[int]] = {}
+    try:
+        started = _run(env, "start")
+        assert started.returncode == 0, started.stdout + started.stderr
+        for svc in expected:
+            assert f"{svc}: up" in started.stdout
+
+        status = _run(env, "status", timeout=60)
+        assert status.returncode == 0, status.stdout + status.stderr
+        rows = {line.split()[0]: line for line in status.stdout.splitlines()[1:]}
+        for svc in expected:
+            assert rows[svc].split()[1] == "up" and "ok (HTTP 2" in rows[svc], status.stdout
+            pid = int((Path(env["RUN_DIR"]) / f"{svc}.pid").read_text().split()[0])
+            assert rows[svc].split()[2] == str(pid)
+            members[svc] = _group_members(pid)
+            assert pid in members[svc]
+    finally:
+        stopped = _run(env, "stop", timeout=120)
+        decoy_alive = decoy.poll() is None
+        decoy.send_signal(signal.SIGTERM)
+        decoy.wait(timeout=10)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    deadline = time.monotonic() + 5
+    leftover = {pid for group in members.values() for pid in group if _alive(pid)}
+    while leftover and time.monotonic() < deadline:
+        time.sleep(0.1)
+        leftover = {pid for pid in leftover if _alive(pid)}
+    assert not leftover, f"processes left after stop: {leftover}"
+    assert not list(Path(env["RUN_DIR"]).glob("*.pid"))
+    assert decoy_alive, "stop killed a process it did not start"
+    status = _run(env, "status", timeout=60)
+    assert status.returncode == 3  # enabled services are down
+    for svc in expected:
+        assert f"{svc} " in status.stdout and "down" in status.stdout
+
+
+def test_failed_start_names_the_service_rolls_back_and_shows_the_log(ops_env: dict[str, str]) -> None:
+    env = dict(ops_env)
+    env.update(AGENT="1", AGENT_CMD=f"{sys.executable} -c 'import sys; print(\"no LIVEKIT_URL here\"); sys.exit(3)'")
+    result = _run(env, "start", timeout=90)
+    assert result.returncode == 1
+    assert "agent: exited during start-up (exit status 3)" in result.stderr
+    assert "no LIVEKIT_URL here" in result.stderr  # the log tail
+    assert "token: stopped" in result.stdout  # what this start brought up is stopped again
+    assert not list(Path(env["RUN_DIR"]).glob("*.pid"))
+
+
+def test_stale_pid_file_is_never_signalled(ops_env: dict[str, str]) -> None:
+    """A pid file whose process is gone (or whose pid now belongs to another program) is removed, not killed."""
+    run_dir = Path(ops_env["RUN_DIR"])
+    run_dir.mkdir(parents=True)
+    bystander = subprocess.Popen(["sleep", "30"])
+    try:
+        # right pid, wrong start time: the pid was reused by a program we did not start
+        (run_dir / "token.pid").write_text(f"{bystander.pid} 1\n")
+        status = _run(ops_env, "status", timeout=30)
+        assert "stale" in status.stdout
+        stopped = _run(ops_env, "stop", timeout=30)
+        assert stopped.returncode == 0
+        assert "stale pid file" in stopped.stdout
+        assert bystander.poll() is None
+        assert not (run_dir / "token.pid").exists()
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_usage_errors() -> None:
+    result = subprocess.run(["bash", str(SCRIPT), "launch"], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2 and "usage:" in result.stderr
+    result = subprocess.run(["bash", str(SCRIPT), "status", "redis"], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2 and "unknown service 'redis'" in result.stderr
