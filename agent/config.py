@@ -29,6 +29,27 @@ class AgentConfig:
     tts_speaker: str = "serena"
     tts_language: str = "auto"
     traces_dir: str = "traces"
+    # failure handling: per-request timeouts and retries (a dead endpoint must not freeze the call)
+    stt_timeout_s: float = 8.0
+    llm_timeout_s: float = 10.0
+    api_max_retry: int = 1
+    # duplex: see docs/agent.md "Interruption choices" for why these defaults
+    interrupt_min_speech_s: float = 0.5
+    resume_false_interruption: bool = False
+    false_interruption_timeout_s: float = 2.0
+    aec_warmup_s: float = 3.0  # 0 disables (tests, headphones)
+    audio_queue_ms: int = 100
+    agent_instructions: str = (
+        "You are a friendly voice assistant. Answer in one to three short spoken sentences, "
+        "in the user's language, without markdown, lists or emoji."
+    )
+    apology_text: str = "Sorry, I could not answer that just now. Please say it again."
+    # worker
+    job_executor: str = "thread"  # thread: sessions share one engine per process
+    num_idle_processes: int = 1
+    init_timeout_s: float = 600.0
+    max_sessions: int = 8
+    load_threshold: float = 0.9
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> AgentConfig:
@@ -53,4 +74,19 @@ class AgentConfig:
             tts_speaker=env.str("TTS_SPEAKER", "serena"),
             tts_language=env.str("TTS_LANGUAGE", "auto"),
             traces_dir=env.str("TRACES_DIR", "traces"),
+            stt_timeout_s=env.float("STT_TIMEOUT_S", 8.0, lo=0.1, hi=300.0),
+            llm_timeout_s=env.float("LLM_TIMEOUT_S", 10.0, lo=0.1, hi=300.0),
+            api_max_retry=env.int("API_MAX_RETRY", 1, lo=0, hi=10),
+            interrupt_min_speech_s=env.float("INTERRUPT_MIN_SPEECH_S", 0.5, lo=0.05, hi=5.0),
+            resume_false_interruption=env.bool("RESUME_FALSE_INTERRUPTION", False),
+            false_interruption_timeout_s=env.float("FALSE_INTERRUPTION_TIMEOUT_S", 2.0, lo=0.1, hi=30.0),
+            aec_warmup_s=env.float("AEC_WARMUP_S", 3.0, lo=0.0, hi=30.0),
+            audio_queue_ms=env.int("AUDIO_QUEUE_MS", 100, lo=20, hi=2000),
+            agent_instructions=env.str("AGENT_INSTRUCTIONS", cls.agent_instructions),
+            apology_text=env.str("AGENT_APOLOGY_TEXT", cls.apology_text),
+            job_executor=env.choice("AGENT_JOB_EXECUTOR", "thread", ("thread", "process")),
+            num_idle_processes=env.int("AGENT_NUM_IDLE_PROCESSES", 1, lo=0, hi=64),
+            init_timeout_s=env.float("AGENT_INIT_TIMEOUT_S", 600.0, lo=10.0, hi=3600.0),
+            max_sessions=env.int("AGENT_MAX_SESSIONS", 8, lo=1, hi=1024),
+            load_threshold=env.float("AGENT_LOAD_THRESHOLD", 0.9, lo=0.05, hi=1.0),
         )

@@ -1,0 +1,256 @@
+"""DuplexController: the call's turn-taking state machine and the barge-in cancel cascade.
+
+States: LISTENING -> THINKING (user turn ended / LLM started) -> SPEAKING (first agent frame published)
+-> LISTENING (playout finished). A barge-in moves THINKING/SPEAKING -> INTERRUPTING, runs the cascade,
+then -> LISTENING. `LEGAL` is the whole transition table; an illegal move is logged with the turn id,
+counted in `illegal_transitions` and ignored (a call must never crash on a state bug), and every event
+handler lands in a state that accepts the next event, so the machine cannot get stuck.
+
+Cascade on barge-in (`interrupt()`), in this order, all synchronous on the session's loop:
+1. the audio output's gate for the current reply closes and the `rtc.AudioSource` queue is cleared
+   (`audio_silenced` is stamped here: nothing of this reply is captured after it);
+2. the reply's TTS producer tasks are cancelled: their `finally` closes the engine stream, which stops
+   its GPU work and frees its slot;
+3. the reply's LLM streams are closed (the HTTP stream to vLLM is dropped).
+The framework then cancels its own tasks too (idempotent with ours). cancel->silence = step 1's stamp
+minus the moment the framework's interrupt decision reached us.
+
+Who calls what: `agent.voice` wires session events and node overrides to the `on_*` methods, the
+audio output calls `on_frame_published` / `on_playout_finished` / `on_clear_buffer`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from agent.tracing import Interruption, TraceCollector, TurnTrace
+
+logger = logging.getLogger("agent.duplex")
+
+
+class State(enum.Enum):
+    LISTENING = "listening"
+    THINKING = "thinking"
+    SPEAKING = "speaking"
+    INTERRUPTING = "interrupting"
+
+
+LEGAL: dict[State, frozenset[State]] = {
+    # LISTENING -> SPEAKING: agent-initiated speech (greeting, apology) that has no LLM step
+    State.LISTENING: frozenset({State.THINKING, State.SPEAKING}),
+    State.THINKING: frozenset({State.SPEAKING, State.LISTENING, State.INTERRUPTING}),
+    State.SPEAKING: frozenset({State.LISTENING, State.INTERRUPTING}),
+    # INTERRUPTING -> THINKING: the barge-in utterance ended before the cascade reported back
+    State.INTERRUPTING: frozenset({State.LISTENING, State.THINKING}),
+}
+
+
+class Silenceable(Protocol):
+    def silence(self, reply_id: str) -> float:
+        """Close the gate for `reply_id`, clear queued audio; return the perf_counter time it was done."""
+        ...
+
+
+@dataclass
+class Reply:
+    """One agent answer (one speech): what must be cancelled on barge-in and what it published."""
+
+    reply_id: str
+    turn: TurnTrace | None
+    llm_closers: list[Callable[[], Any]] = field(default_factory=list)
+    tts_tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    frames_published: int = 0
+    interruption: Interruption | None = None
+    done: bool = False
+
+    @property
+    def turn_id(self) -> str:
+        return self.turn.turn_id if self.turn is not None else f"reply-{self.reply_id}"
+
+
+class DuplexController:
+    def __init__(
+        self,
+        collector: TraceCollector,
+        *,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.collector = collector
+        self.clock = clock
+        self.state = State.LISTENING
+        self.output: Silenceable | None = None
+        self.reply: Reply | None = None
+        self.illegal_transitions = 0
+        self.transitions: list[tuple[float, State, State, str]] = []
+        self.interruptions: list[tuple[Reply, Interruption]] = []
+        self._replies: dict[str, Reply] = {}
+        self._by_key: dict[str, Reply] = {}
+
+    # -- state machine -----------------------------------------------------------------------
+    def transition(self, new: State, reason: str) -> bool:
+        old = self.state
+        if new == old:
+            return True
+        if new not in LEGAL[old]:
+            self.illegal_transitions += 1
+            logger.warning(
+                "illegal transition %s -> %s (%s) ignored [turn %s]", old.value, new.value, reason, self._turn_id()
+            )
+            return False
+        self.state = new
+        self.transitions.append((self.clock(), old, new, reason))
+        logger.debug("%s -> %s (%s) [turn %s]", old.value, new.value, reason, self._turn_id())
+        return True
+
+    def _turn_id(self) -> str:
+        if self.reply is not None:
+            return self.reply.turn_id
+        cur = self.collector.current
+        return cur.turn_id if cur is not None else "-"
+
+    # -- user side ---------------------------------------------------------------------------
+    def on_user_speech_started(self, t: float | None = None) -> None:
+        self.collector.speech_started(t)
+
+    def on_user_turn_ended(self, t: float | None = None) -> TurnTrace:
+        turn = self.collector.open_turn(t)
+        if self.state in (State.LISTENING, State.INTERRUPTING):
+            self.transition(State.THINKING, "user turn ended")
+        return turn
+
+    def on_transcript(self, text: str) -> None:
+        cur = self.collector.current
+        if cur is not None:
+            cur.user_text = text
+            cur.mark("stt_done")
+        if not text.strip() and self.state == State.THINKING and self.reply is None:
+            self.transition(State.LISTENING, "empty transcript")
+
+    # -- agent side --------------------------------------------------------------------------
+    def begin_reply(self, key: str | None = None) -> Reply:
+        """Called when a speech starts its LLM or TTS node; both nodes of one speech (same `key`, the
+        speech id) share one reply. Without a key the active reply is reused."""
+        existing = self._by_key.get(key) if key else self.reply
+        if existing is not None and not existing.done and existing.interruption is None:
+            return existing
+        cur = self.collector.current
+        turn = cur if cur is not None and not cur.finished and not cur.has("llm_request") else None
+        reply = Reply(reply_id=uuid.uuid4().hex[:12], turn=turn)
+        self.reply = reply
+        self._replies[reply.reply_id] = reply
+        if key:
+            self._by_key[key] = reply
+        if self.state == State.LISTENING and turn is not None:
+            self.transition(State.THINKING, "reply started")
+        return reply
+
+    def reply_by_key(self, key: str) -> Reply | None:
+        return self._by_key.get(key)
+
+    def reply_for(self, reply_id: str) -> Reply | None:
+        return self._replies.get(reply_id)
+
+    def on_frame_published(self, reply_id: str, t: float) -> None:
+        reply = self._replies.get(reply_id)
+        if reply is None:
+            return
+        reply.frames_published += 1
+        if reply.interruption is not None:
+            # the output's gate should have made this impossible; count it, it is what we measure
+            if reply.interruption.audio_silenced is not None and t > reply.interruption.audio_silenced:
+                reply.interruption.stale_frames_after_cancel += 1
+            return
+        if reply.frames_published == 1:
+            if reply.turn is not None:
+                reply.turn.mark("first_frame_published", t)
+            if self.state in (State.THINKING, State.LISTENING):
+                self.transition(State.SPEAKING, "first frame published")
+
+    def on_playout_finished(self, reply_id: str, interrupted: bool) -> None:
+        reply = self._replies.get(reply_id)
+        if reply is None or reply.done:
+            return
+        reply.done = True
+        if interrupted and reply.interruption is None:
+            self.interrupt(source="clear_buffer", reply=reply)
+        if reply.interruption is None and reply.turn is not None:
+            reply.turn.outcome = "answered"
+            self.collector.finish(reply.turn)
+        if self.reply is reply:
+            self.reply = None
+            if self.state in (State.SPEAKING, State.THINKING, State.INTERRUPTING):
+                self.transition(State.LISTENING, "playout finished")
+
+    def on_reply_failed(self, reply: Reply, error: str) -> None:
+        """A reply produced no audio (LLM/TTS failure with nothing said): record it and listen again."""
+        if reply.turn is not None:
+            reply.turn.errors.append(error)
+            reply.turn.outcome = "error"
+        if self.reply is reply and reply.frames_published == 0:
+            reply.done = True
+            self.reply = None
+            self.transition(State.LISTENING, "reply failed")
+
+    def on_clear_buffer(self, reply_id: str | None) -> None:
+        reply = self._replies.get(reply_id) if reply_id else self.reply
+        if reply is not None and reply.interruption is None and not reply.done:
+            self.interrupt(source="clear_buffer", reply=reply)
+
+    # -- barge-in ----------------------------------------------------------------------------
+    def interrupt(
+        self, *, source: str = "vad", reply: Reply | None = None, t: float | None = None
+    ) -> Interruption | None:
+        """The cascade. Idempotent per reply; a no-op when nothing is being generated or played."""
+        reply = reply or self.reply
+        if reply is None or reply.interruption is not None:
+            return None
+        t_detect = self.clock() if t is None else t
+        irq = Interruption(interrupt_detected=t_detect, source=source)
+        reply.interruption = irq
+        if self.reply is reply:
+            self.transition(State.INTERRUPTING, f"barge-in ({source})")
+        # 1. silence: gate closed + queued audio dropped
+        irq.audio_silenced = self.output.silence(reply.reply_id) if self.output is not None else self.clock()
+        irq.frames_published = reply.frames_published
+        # 2. engine streams (GPU work stops when the producer's finally closes the stream)
+        pending_tts = [task for task in reply.tts_tasks if not task.done()]
+        for task in pending_tts:
+            task.cancel()
+        irq.tts_cancelled = bool(pending_tts)
+        # 3. LLM streams
+        for closer in reply.llm_closers:
+            try:
+                result = closer()
+                if asyncio.iscoroutine(result):
+                    asyncio.ensure_future(result)
+                irq.llm_cancelled = True
+            except Exception:  # closing a dead stream must not break the cascade
+                logger.exception("closing LLM stream failed [turn %s]", reply.turn_id)
+        reply.llm_closers.clear()
+        if reply.turn is not None:
+            reply.turn.interruptions.append(irq)
+            reply.turn.outcome = "interrupted"
+        self.interruptions.append((reply, irq))
+        if self.reply is reply:
+            self.reply = None
+            self.transition(State.LISTENING, "cascade done")
+        logger.info(
+            "barge-in [turn %s]: silenced in %.2f ms, tts_cancelled=%s llm_cancelled=%s",
+            reply.turn_id,
+            (irq.audio_silenced - t_detect) * 1000.0,
+            irq.tts_cancelled,
+            irq.llm_cancelled,
+        )
+        return irq
+
+    def close(self) -> None:
+        if self.reply is not None and not self.reply.done:
+            self.interrupt(source="session_closed")
+        self.collector.close()

@@ -1,0 +1,144 @@
+"""Where the agent gets TTS packets from: the embedded `tts_engine.Engine`, or `python -m tts_engine serve`.
+
+Both backends expose the same small surface: `stream(text, speaker=, language=)` is an async iterator
+of packets (`pcm` int16 mono 24 kHz, `index`, `t_ready` = perf_counter when the PCM existed on this
+host), closing it early cancels the synthesis; `active_streams` / `capacity` feed the worker's load.
+
+- `LocalBackend` wraps the one `Engine` of this process (shared by all THREAD-executor sessions; the
+  engine itself is thread-safe and batches streams). It is the only place the agent touches the engine.
+- `RemoteBackend` speaks the server's HTTP API: POST `<TTS_ENGINE_URL>/tts/stream` with JSON
+  `{text, speaker, language}` -> chunked raw s16le 24 kHz PCM. A packet is whatever whole samples one
+  read returned; `t_ready` is when those bytes arrived. 4xx answers become `RemoteTTSError` with the
+  server's message; closing the iterator drops the HTTP response, which cancels the server's stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import aiohttp
+import numpy as np
+
+SAMPLE_RATE = 24_000
+
+
+class PacketLike(Protocol):
+    pcm: np.ndarray
+    index: int
+    t_ready: float
+
+
+@dataclass
+class RemotePacket:
+    pcm: np.ndarray
+    index: int
+    t_ready: float
+
+
+class RemoteTTSError(RuntimeError):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"TTS server answered {status}: {message}")
+        self.status = status
+
+
+class TTSBackend(Protocol):
+    @property
+    def capacity(self) -> int: ...
+
+    @property
+    def active_streams(self) -> int: ...
+
+    def stream(self, text: str, *, speaker: str, language: str) -> AsyncIterator[PacketLike]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class LocalBackend:
+    """The process's embedded engine. `engine` is a `tts_engine.Engine`."""
+
+    def __init__(self, engine: Any, capacity: int) -> None:
+        self.engine = engine
+        self._capacity = max(1, capacity)
+        self._active = 0
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @property
+    def active_streams(self) -> int:
+        return self._active
+
+    async def stream(self, text: str, *, speaker: str, language: str) -> AsyncIterator[PacketLike]:
+        self._active += 1
+        try:
+            packets = self.engine.stream(text, speaker=speaker, language=language)
+            try:
+                async for packet in packets:
+                    yield packet
+            finally:
+                aclose = getattr(packets, "aclose", None)
+                if aclose is not None:
+                    await aclose()  # stops the engine's work for this stream now, not at GC time
+        finally:
+            self._active -= 1
+
+    async def aclose(self) -> None:
+        return None  # the engine outlives sessions; the worker process owns it
+
+
+class RemoteBackend:
+    def __init__(self, base_url: str, *, capacity: int = 16, connect_timeout_s: float = 5.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._capacity = capacity
+        self._active = 0
+        self._timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout_s, sock_read=30.0)
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @property
+    def active_streams(self) -> int:
+        return self._active
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(timeout=self._timeout)
+        return self._session
+
+    async def stream(self, text: str, *, speaker: str, language: str) -> AsyncIterator[PacketLike]:
+        self._active += 1
+        body = {"text": text, "speaker": speaker, "language": language}
+        try:
+            async with self._client().post(f"{self.base_url}/tts/stream", json=body) as resp:
+                if resp.status != 200:
+                    raw = await resp.text()
+                    try:
+                        message = json.loads(raw).get("error", raw)
+                    except (ValueError, AttributeError):
+                        message = raw
+                    raise RemoteTTSError(resp.status, str(message)[:500])
+                carry = b""
+                index = 0
+                async for chunk in resp.content.iter_any():
+                    t_ready = time.perf_counter()
+                    data = carry + chunk
+                    usable = len(data) - (len(data) % 2)
+                    carry = data[usable:]
+                    if usable:
+                        yield RemotePacket(np.frombuffer(data[:usable], dtype=np.int16).copy(), index, t_ready)
+                        index += 1
+        finally:
+            self._active -= 1
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            await asyncio.sleep(0)

@@ -1,0 +1,85 @@
+"""The LLM: `livekit-plugins-openai` pointed at vLLM, plus the continuation policy.
+
+- `build_llm(cfg)`: `openai.LLM(model=LLM_MODEL, base_url=LLM_BASE_URL, api_key, temperature=LLM_TEMPERATURE,
+  max_completion_tokens=LLM_MAX_TOKENS)`, thinking off through `extra_body.chat_template_kwargs`
+  (vLLM's way to switch Qwen3 templates; a thinking model would hold its first spoken token back for
+  seconds), httpx read timeout `LLM_TIMEOUT_S` (the plugin's 5 s default is too tight for a long prefill).
+  Chat history across turns is the framework's `chat_ctx`, which keeps user and assistant messages.
+- `stream_with_continuation(...)`: when an answer is cut by the token cap (usage.completion_tokens ==
+  max tokens) and `ENABLE_CONTINUATION` is on, a second request resumes it. It sends the partial answer
+  as the final assistant message with vLLM's `continue_final_message: true, add_generation_prompt:
+  false`, so the model carries on mid-sentence. It is issued the moment the first stream ends, while the
+  first part is still being synthesised and played, so the user hears no gap. At most `max_rounds`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+from livekit.agents import APIConnectOptions, llm
+from livekit.plugins import openai as lk_openai
+
+from agent.config import AgentConfig
+
+logger = logging.getLogger("agent.llm")
+
+THINKING_OFF: dict[str, Any] = {"chat_template_kwargs": {"enable_thinking": False}}
+CONTINUE_FINAL: dict[str, Any] = {**THINKING_OFF, "continue_final_message": True, "add_generation_prompt": False}
+
+
+def build_llm(cfg: AgentConfig, *, continuation: bool = False) -> lk_openai.LLM:
+    timeout = httpx.Timeout(connect=min(5.0, cfg.llm_timeout_s), read=cfg.llm_timeout_s, write=5.0, pool=5.0)
+    return lk_openai.LLM(
+        model=cfg.llm_model,
+        base_url=cfg.llm_base_url,
+        api_key=cfg.llm_api_key,
+        temperature=cfg.llm_temperature,
+        max_completion_tokens=cfg.llm_max_tokens,
+        timeout=timeout,
+        max_retries=0,
+        extra_body=CONTINUE_FINAL if continuation else THINKING_OFF,
+    )
+
+
+async def stream_with_continuation(
+    main: llm.LLM,
+    continuation: llm.LLM | None,
+    *,
+    chat_ctx: llm.ChatContext,
+    tools: list[Any],
+    conn_options: APIConnectOptions,
+    max_tokens: int,
+    max_rounds: int = 2,
+    on_stream: Callable[[llm.LLMStream], None] | None = None,
+) -> AsyncIterator[llm.ChatChunk]:
+    """Yield the reply's chunks, resuming a token-capped answer up to `max_rounds` times."""
+    text = ""
+    rounds = 1 + (max_rounds if continuation is not None else 0)
+    for round_index in range(rounds):
+        if round_index == 0:
+            model, ctx = main, chat_ctx
+        else:
+            assert continuation is not None
+            model, ctx = continuation, chat_ctx.copy()
+            ctx.add_message(role="assistant", content=text)
+            logger.debug("continuing a capped answer (round %d, %d chars so far)", round_index, len(text))
+        completion_tokens: int | None = None
+        used_tools = False
+        async with model.chat(chat_ctx=ctx, tools=tools, conn_options=conn_options) as stream:
+            if on_stream is not None:
+                on_stream(stream)
+            async for chunk in stream:
+                if chunk.usage is not None:
+                    completion_tokens = chunk.usage.completion_tokens
+                if chunk.delta is not None:
+                    if chunk.delta.tool_calls:
+                        used_tools = True
+                    if chunk.delta.content:
+                        text += chunk.delta.content
+                yield chunk
+        capped = completion_tokens is not None and completion_tokens >= max_tokens
+        if used_tools or not capped or not text:
+            return

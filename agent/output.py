@@ -1,0 +1,178 @@
+"""RtcAudioOutput: the agent's `AudioOutput`, owning the `rtc.AudioSource` that WebRTC publishes.
+
+Why our own: the framework's room output re-chunks audio to 50 ms behind its own timer; here every
+frame our `tts_node` yields (exact 20 ms, see agent/tts.py) goes straight into `AudioSource.capture_frame`
+the moment it arrives. The source's small queue (`AUDIO_QUEUE_MS`, default 100 ms) paces playout in
+real time: `capture_frame` returns at once while the queue has room and waits for playout after that.
+
+Contract with the framework (`livekit.agents.voice.io.AudioOutput`):
+- `capture_frame` calls `super().capture_frame` (segment counting) and `on_playback_started` on the first
+  frame of a segment; `flush()` ends a segment and `on_playback_finished(interrupted=False)` fires when
+  its audio has played (queued duration elapsed); `clear_buffer()` drops queued audio and reports the
+  open segment as `interrupted=True`. Exactly one `on_playback_finished` per segment.
+- `pause()` / `resume()` are idempotent (the framework calls pause once per VAD window); they are only
+  advertised when false-interruption resume is enabled.
+Contract with the DuplexController: frames carry `userdata["reply_id"]`; `silence(reply_id)` closes that
+reply's gate (later frames of it are dropped, never captured) and clears the queue, returning the time;
+`on_frame_published` / `on_playout_finished` / `on_clear_buffer` report back. `frame_observer` sees
+every frame actually captured (the simulator's timestamping hook).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from livekit import rtc
+from livekit.agents.voice import io
+
+if TYPE_CHECKING:
+    from agent.duplex import DuplexController
+
+logger = logging.getLogger("agent.output")
+
+
+@dataclass(frozen=True)
+class FrameRecord:
+    t_start: float  # perf_counter when handed to the source
+    t_end: float  # perf_counter when capture_frame returned (the frame is in WebRTC's queue)
+    reply_id: str
+    samples: int
+    sample_rate: int
+    t_ready: float | None  # the packet's t_ready, for the first frame of a packet
+
+    @property
+    def duration_ms(self) -> float:
+        return self.samples * 1000.0 / self.sample_rate
+
+
+class RtcAudioOutput(io.AudioOutput):
+    def __init__(
+        self,
+        *,
+        sample_rate: int = 24_000,
+        queue_ms: int = 100,
+        pause_capable: bool = False,
+        source: rtc.AudioSource | None = None,
+        controller: DuplexController | None = None,
+        frame_observer: Callable[[FrameRecord], None] | None = None,
+    ) -> None:
+        super().__init__(
+            label="qwen-rtc-output",
+            capabilities=io.AudioOutputCapabilities(pause=pause_capable),
+            sample_rate=sample_rate,
+        )
+        self.source = source or rtc.AudioSource(sample_rate, 1, queue_size_ms=queue_ms)
+        self.controller = controller
+        self.frame_observer = frame_observer
+        self.frames_captured = 0
+        self.frames_dropped = 0
+        self._silenced: set[str] = set()
+        self._segment_open = False
+        self._segment_reply: str | None = None
+        self._segment_captured_s = 0.0
+        self._finish_tasks: list[tuple[asyncio.Task[None], str | None, float]] = []
+        self._resumed = asyncio.Event()
+        self._resumed.set()
+
+    # -- DuplexController side ---------------------------------------------------------------
+    def silence(self, reply_id: str) -> float:
+        self._silenced.add(reply_id)
+        self.source.clear_queue()
+        return time.perf_counter()
+
+    # -- framework side ----------------------------------------------------------------------
+    async def capture_frame(self, frame: rtc.AudioFrame) -> None:
+        reply_id = str(frame.userdata.get("reply_id", ""))
+        if reply_id in self._silenced:
+            self.frames_dropped += 1
+            return
+        await super().capture_frame(frame)
+        if not self._segment_open:
+            self._segment_open = True
+            self._segment_reply = reply_id or None
+            self._segment_captured_s = 0.0
+            self.on_playback_started(created_at=time.time())
+        if not self._resumed.is_set():
+            await self._resumed.wait()
+            if reply_id in self._silenced:
+                self.frames_dropped += 1
+                return
+        t_start = time.perf_counter()
+        await self.source.capture_frame(frame)
+        t_end = time.perf_counter()
+        if reply_id in self._silenced:
+            # silenced while this capture was in flight: make sure it cannot play
+            self.source.clear_queue()
+        self.frames_captured += 1
+        self._segment_captured_s += frame.samples_per_channel / frame.sample_rate
+        if self.frame_observer is not None:
+            t_ready = frame.userdata.get("t_ready")
+            self.frame_observer(
+                FrameRecord(t_start, t_end, reply_id, frame.samples_per_channel, frame.sample_rate, t_ready)
+            )
+        if self.controller is not None and reply_id:
+            self.controller.on_frame_published(reply_id, t_end)
+
+    def flush(self) -> None:
+        super().flush()
+        if not self._segment_open:
+            return
+        self._segment_open = False
+        remaining = self.source.queued_duration
+        task = asyncio.ensure_future(asyncio.sleep(remaining))
+        entry = (task, self._segment_reply, self._segment_captured_s)
+        self._finish_tasks.append(entry)
+        task.add_done_callback(lambda t, e=entry: self._segment_played(e, t))
+
+    def _segment_played(self, entry: tuple[asyncio.Task[None], str | None, float], task: asyncio.Task[None]) -> None:
+        if entry not in self._finish_tasks or task.cancelled():
+            return
+        self._finish_tasks.remove(entry)
+        _, reply_id, captured = entry
+        self.on_playback_finished(playback_position=captured, interrupted=False)
+        if self.controller is not None and reply_id:
+            self.controller.on_playout_finished(reply_id, interrupted=False)
+
+    def clear_buffer(self) -> None:
+        queued = self.source.queued_duration
+        reply_id = self._segment_reply if self._segment_open else None
+        if reply_id is None and self._finish_tasks:
+            reply_id = self._finish_tasks[-1][1]
+        if self.controller is not None:
+            self.controller.on_clear_buffer(reply_id)
+        self.source.clear_queue()
+        finished: list[tuple[str | None, float]] = []
+        for task, rid, captured in self._finish_tasks:
+            task.cancel()
+            finished.append((rid, max(0.0, captured - queued)))
+        self._finish_tasks.clear()
+        if self._segment_open:
+            super().flush()
+            self._segment_open = False
+            finished.append((self._segment_reply, max(0.0, self._segment_captured_s - queued)))
+        for rid, position in finished:
+            self.on_playback_finished(playback_position=position, interrupted=True)
+            if self.controller is not None and rid:
+                self.controller.on_playout_finished(rid, interrupted=True)
+
+    def pause(self) -> None:
+        if self._resumed.is_set():
+            self._resumed.clear()
+        super().pause()
+
+    def resume(self) -> None:
+        if not self._resumed.is_set():
+            self._resumed.set()
+        super().resume()
+
+    async def aclose(self) -> None:
+        for task, _, _ in self._finish_tasks:
+            task.cancel()
+        with contextlib.suppress(Exception):
+            await self.source.aclose()

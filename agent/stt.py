@@ -1,0 +1,180 @@
+"""OmniSTT: a non-streaming LiveKit `stt.STT` that transcribes one utterance with Qwen3-Omni on vLLM.
+
+Request (OpenAI chat completions through the `openai` SDK, no SDK-side retries):
+  messages = [{"role": "user", "content": [
+      {"type": "audio_url", "audio_url": {"url": "data:audio/wav;base64,<16 kHz mono s16 WAV>"}},
+      {"type": "text", "text": <transcription instruction>}]}]
+  temperature 0, max_tokens `max_tokens`, thinking off (`chat_template_kwargs.enable_thinking=false`).
+Errors map onto LiveKit's API errors so the framework's retry loop works: timeouts and connection
+failures -> `APITimeoutError` / `APIConnectionError` (retryable), HTTP status -> `APIStatusError`
+(5xx/408/429 retryable), a malformed answer -> `APIError(retryable=False)`.
+
+Failure policy (why `recognize` is overridden): the session recovers from every STT failure by going
+back to listening (the observer may speak a short apology), so a failed utterance yields an empty final
+transcript (dropped by the framework) and its error event is marked recoverable; otherwise
+`max_unrecoverable_errors` consecutive failures would close the whole call. The failure is logged once,
+with the turn id, by the observer.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import openai
+from livekit import rtc
+from livekit.agents import (
+    DEFAULT_API_CONNECT_OPTIONS,
+    APIConnectionError,
+    APIConnectOptions,
+    APIError,
+    APIStatusError,
+    APITimeoutError,
+    stt,
+    utils,
+)
+from livekit.agents.language import LanguageCode
+from livekit.agents.types import NOT_GIVEN, NotGivenOr
+
+logger = logging.getLogger("agent.stt")
+
+STT_SAMPLE_RATE = 16_000
+DEFAULT_PROMPT = (
+    "Transcribe this audio exactly as spoken, in its original language. "
+    "Output only the transcript, without any explanation."
+)
+
+
+@dataclass
+class STTObserver:
+    """Hooks for tracing and failure handling; all optional, all called on the session's loop."""
+
+    on_request: Callable[[float], None] | None = None
+    on_failure: Callable[[Exception], None] | None = None
+
+
+class OmniSTT(stt.STT):
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        model: str,
+        api_key: str = "EMPTY",
+        prompt: str = DEFAULT_PROMPT,
+        max_tokens: int = 256,
+        client: openai.AsyncOpenAI | None = None,
+        observer: STTObserver | None = None,
+    ) -> None:
+        super().__init__(capabilities=stt.STTCapabilities(streaming=False, interim_results=False))
+        self._model = model
+        self._prompt = prompt
+        self._max_tokens = max_tokens
+        self._client = client or openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0)
+        self.observer = observer or STTObserver()
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    @property
+    def provider(self) -> str:
+        return "vllm-omni"
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    def _emit_error(self, api_error: Exception, recoverable: bool) -> None:
+        # see module docstring: an STT failure never ends the call
+        super()._emit_error(api_error, recoverable=True)
+
+    async def recognize(
+        self,
+        buffer: utils.AudioBuffer,
+        *,
+        language: NotGivenOr[str] = NOT_GIVEN,
+        conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS,
+    ) -> stt.SpeechEvent:
+        try:
+            return await super().recognize(buffer, language=language, conn_options=conn_options)
+        except Exception as exc:
+            if self.observer.on_failure is not None:
+                self.observer.on_failure(exc)
+            else:
+                logger.error("speech recognition failed: %s", exc)
+            return _final("", "", language)
+
+    async def _recognize_impl(
+        self,
+        buffer: utils.AudioBuffer,
+        *,
+        language: NotGivenOr[str] = NOT_GIVEN,
+        conn_options: APIConnectOptions,
+    ) -> stt.SpeechEvent:
+        wav = wav_bytes_16k(buffer)
+        data_url = "data:audio/wav;base64," + base64.b64encode(wav).decode("ascii")
+        messages = [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "audio_url", "audio_url": {"url": data_url}},
+                    {"type": "text", "text": self._prompt},
+                ],
+            }
+        ]
+        if self.observer.on_request is not None:
+            self.observer.on_request(time.perf_counter())
+        try:
+            resp = await self._client.chat.completions.create(
+                model=self._model,
+                messages=messages,  # type: ignore[arg-type]
+                temperature=0.0,
+                max_tokens=self._max_tokens,
+                stream=False,
+                timeout=conn_options.timeout,
+                extra_body={"chat_template_kwargs": {"enable_thinking": False}},
+            )
+        except openai.APITimeoutError:
+            raise APITimeoutError(f"STT request to {self._client.base_url} timed out") from None
+        except openai.APIStatusError as exc:
+            raise APIStatusError(
+                f"STT request failed: {exc.message}",
+                status_code=exc.status_code,
+                request_id=exc.request_id,
+                body=exc.body,
+            ) from None
+        except openai.APIConnectionError as exc:
+            raise APIConnectionError(f"cannot reach STT at {self._client.base_url}") from exc
+        except (ValueError, TypeError) as exc:  # unparsable JSON body
+            raise APIError(f"malformed STT response: {exc}", retryable=False) from None
+        try:
+            text = resp.choices[0].message.content
+        except (AttributeError, IndexError, TypeError):
+            text = None
+        if not isinstance(text, str):
+            raise APIError(f"malformed STT response: no text in {str(resp)[:200]!r}", retryable=False)
+        return _final(resp.id or uuid.uuid4().hex, text.strip(), language)
+
+
+def _final(request_id: str, text: str, language: NotGivenOr[str]) -> stt.SpeechEvent:
+    lang = LanguageCode(language if isinstance(language, str) and language else "")
+    return stt.SpeechEvent(
+        type=stt.SpeechEventType.FINAL_TRANSCRIPT,
+        request_id=request_id,
+        alternatives=[stt.SpeechData(language=lang, text=text)],
+    )
+
+
+def wav_bytes_16k(buffer: utils.AudioBuffer) -> bytes:
+    """Merge the utterance's frames, downmix is not needed (mono), resample to 16 kHz, wrap as WAV."""
+    frame = rtc.combine_audio_frames(buffer) if isinstance(buffer, list) else buffer
+    if frame.sample_rate != STT_SAMPLE_RATE:
+        resampler = rtc.AudioResampler(
+            input_rate=frame.sample_rate, output_rate=STT_SAMPLE_RATE, num_channels=frame.num_channels
+        )
+        out = resampler.push(frame) + resampler.flush()
+        frame = rtc.combine_audio_frames(out) if out else frame
+    return frame.to_wav_bytes()

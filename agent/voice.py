@@ -1,0 +1,287 @@
+"""One call: the AgentSession and everything wired into it (used by the worker and by the simulator).
+
+`Call(cfg, vad=, backend=)` builds: TraceCollector + DuplexController, RtcAudioOutput (owns the
+AudioSource), OmniSTT, the vLLM LLM (+ continuation LLM), QwenTTS over the engine backend, and
+`VoiceAgent`, whose node overrides put the trace points and the cancel registry in the data path:
+- `stt_node` wraps the default (VAD + StreamAdapter): START/END_OF_SPEECH and the final transcript
+  drive `vad_speech_start`, `vad_speech_end` (opens the turn) and `stt_done`.
+- `llm_node` marks `llm_request` / `llm_first_token`, registers the stream for the cascade, resumes a
+  capped answer (agent/llm.py) and turns an LLM failure into a short spoken apology (logged once with
+  the turn id), so the call stays responsive and the framework's error counter resets.
+- `tts_node` yields QwenTTS's exact 20 ms frames tagged with the reply id; marks `tts_first_text`
+  and `tts_first_packet`; the producer task is registered for the cascade.
+Barge-in: each speech handle's interrupt future (set by the framework's VAD interruption) triggers
+`DuplexController.interrupt` for that speech's reply on the next loop tick. We read the private
+`_interrupt_fut` / `_SpeechHandleContextVar` because 1.8.9 exposes no public hook for "this speech was
+interrupted" or "which speech runs this node"; both are guarded and fall back to public state.
+
+Session options (docs/agent.md explains each): turn detection "vad", interruption mode "vad" with
+`INTERRUPT_MIN_SPEECH_S`, `resume_false_interruption` from config (off by default), preemptive generation
+off (a non-streaming STT gives no early transcript to use), `aec_warmup_duration` = `AEC_WARMUP_S` or None.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterable, AsyncIterator, Callable
+from typing import Any
+
+from livekit import rtc
+from livekit.agents import (
+    NOT_GIVEN,
+    Agent,
+    AgentSession,
+    APIConnectOptions,
+    ModelSettings,
+    llm,
+    stt,
+    vad,
+)
+from livekit.agents.voice.agent_session import SessionConnectOptions
+
+from agent.config import AgentConfig
+from agent.duplex import DuplexController, Reply
+from agent.engine_client import TTSBackend
+from agent.llm import build_llm, stream_with_continuation
+from agent.output import FrameRecord, RtcAudioOutput
+from agent.stt import OmniSTT, STTObserver
+from agent.tracing import TraceCollector
+from agent.tts import QwenTTS, SynthesisHooks
+
+logger = logging.getLogger("agent.voice")
+
+
+def _current_speech_id(agent: Agent) -> str | None:
+    try:
+        from livekit.agents.voice.agent_activity import _SpeechHandleContextVar
+
+        handle = _SpeechHandleContextVar.get(None)
+    except ImportError:  # pragma: no cover - guarded private API
+        handle = None
+    if handle is None:
+        try:
+            handle = agent.session.current_speech
+        except RuntimeError:
+            handle = None
+    return handle.id if handle is not None else None
+
+
+class VoiceAgent(Agent):
+    def __init__(self, call: Call) -> None:
+        super().__init__(instructions=call.cfg.agent_instructions)
+        self.call = call
+
+    async def stt_node(
+        self, audio: AsyncIterable[rtc.AudioFrame], model_settings: ModelSettings
+    ) -> AsyncIterator[stt.SpeechEvent | str]:
+        controller = self.call.controller
+        async for ev in Agent.default.stt_node(self, audio, model_settings):
+            if isinstance(ev, stt.SpeechEvent):
+                if ev.type == stt.SpeechEventType.START_OF_SPEECH:
+                    controller.on_user_speech_started()
+                elif ev.type == stt.SpeechEventType.END_OF_SPEECH:
+                    controller.on_user_turn_ended()
+                elif ev.type == stt.SpeechEventType.FINAL_TRANSCRIPT:
+                    controller.on_transcript(ev.alternatives[0].text if ev.alternatives else "")
+            yield ev
+
+    async def llm_node(
+        self, chat_ctx: llm.ChatContext, tools: list[llm.Tool], model_settings: ModelSettings
+    ) -> AsyncIterator[llm.ChatChunk | str]:
+        call = self.call
+        reply = call.controller.begin_reply(_current_speech_id(self))
+        turn = reply.turn
+        if turn is not None:
+            turn.mark("llm_request")
+        sent_text = False
+        try:
+            async for chunk in stream_with_continuation(
+                call.llm,
+                call.llm_continuation,
+                chat_ctx=chat_ctx,
+                tools=tools,
+                conn_options=call.session.conn_options.llm_conn_options,
+                max_tokens=call.cfg.llm_max_tokens,
+                on_stream=lambda s: reply.llm_closers.append(s.aclose),
+            ):
+                if chunk.delta is not None and chunk.delta.content:
+                    if turn is not None:
+                        turn.mark("llm_first_token")
+                    sent_text = True
+                yield chunk
+                await asyncio.sleep(0)  # let the TTS side run between chunks
+        except Exception as exc:
+            if reply.interruption is not None:
+                return  # closed by the cascade: not an error
+            call.report_error(reply, "llm", exc)
+            if not sent_text:
+                if turn is not None:
+                    turn.mark("llm_first_token")
+                yield call.cfg.apology_text
+
+    async def tts_node(
+        self, text: AsyncIterable[str], model_settings: ModelSettings
+    ) -> AsyncIterator[rtc.AudioFrame]:
+        call = self.call
+        reply = call.controller.begin_reply(_current_speech_id(self))
+        turn = reply.turn
+
+        def on_segment(segment: str) -> None:
+            if turn is not None:
+                turn.reply_chars += len(segment)
+                turn.segments_sent += 1
+
+        hooks = SynthesisHooks(
+            on_first_text=(lambda t: turn.mark("tts_first_text", t)) if turn is not None else None,
+            on_first_packet=(lambda t: turn.mark("tts_first_packet", t)) if turn is not None else None,
+            on_segment=on_segment,
+            on_task=reply.tts_tasks.add,
+            on_error=lambda exc: call.report_error(reply, "tts", exc),
+        )
+        async for frame in call.tts.frames(text, reply_id=reply.reply_id, hooks=hooks):
+            yield frame
+
+
+class Call:
+    def __init__(
+        self,
+        cfg: AgentConfig,
+        *,
+        vad: vad.VAD,
+        backend: TTSBackend,
+        session_id: str | None = None,
+        traces_dir: str | None = None,
+        frame_observer: Callable[[FrameRecord], None] | None = None,
+        aec_warmup_s: float | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.session_id = session_id or f"call-{uuid.uuid4().hex[:8]}"
+        self.collector = TraceCollector(self.session_id, cfg.traces_dir if traces_dir is None else traces_dir)
+        self.controller = DuplexController(self.collector)
+        self.output = RtcAudioOutput(
+            queue_ms=cfg.audio_queue_ms,
+            pause_capable=cfg.resume_false_interruption,
+            controller=self.controller,
+            frame_observer=frame_observer,
+        )
+        self.controller.output = self.output
+        self.errors: list[str] = []
+        self.stt = OmniSTT(
+            base_url=cfg.stt_base_url,
+            model=cfg.stt_model,
+            api_key=cfg.llm_api_key,
+            observer=STTObserver(on_request=self._stt_request, on_failure=self._stt_failed),
+        )
+        self.llm = build_llm(cfg)
+        self.llm_continuation = build_llm(cfg, continuation=True) if cfg.enable_continuation else None
+        self.tts = QwenTTS(backend, speaker=cfg.tts_speaker, language=cfg.tts_language, frame_ms=cfg.tts_frame_ms)
+        self.agent = VoiceAgent(self)
+        warmup = cfg.aec_warmup_s if aec_warmup_s is None else aec_warmup_s
+        retry = dict(max_retry=cfg.api_max_retry, retry_interval=0.3)
+        self.session: AgentSession = AgentSession(
+            stt=self.stt,
+            vad=vad,
+            llm=self.llm,
+            tts=self.tts,
+            turn_handling={
+                "turn_detection": "vad",
+                "endpointing": {"mode": "fixed", "min_delay": cfg.min_endpointing},
+                "interruption": {
+                    "enabled": True,
+                    "mode": "vad",
+                    "min_duration": cfg.interrupt_min_speech_s,
+                    "resume_false_interruption": cfg.resume_false_interruption,
+                    "false_interruption_timeout": cfg.false_interruption_timeout_s,
+                },
+                "preemptive_generation": {"enabled": False},
+            },
+            aec_warmup_duration=warmup if warmup and warmup > 0 else None,
+            conn_options=SessionConnectOptions(
+                stt_conn_options=APIConnectOptions(timeout=cfg.stt_timeout_s, **retry),
+                llm_conn_options=APIConnectOptions(timeout=cfg.llm_timeout_s, **retry),
+                tts_conn_options=APIConnectOptions(timeout=cfg.llm_timeout_s, max_retry=0),
+            ),
+        )
+        self.session.on("speech_created", self._on_speech_created)
+        self._apology_pending = False
+
+    # -- wiring ------------------------------------------------------------------------------
+    def _on_speech_created(self, ev: Any) -> None:
+        handle = ev.speech_handle
+        fut = getattr(handle, "_interrupt_fut", None)
+        if isinstance(fut, asyncio.Future):
+
+            def on_interrupt(_: asyncio.Future[None], speech_id: str = handle.id) -> None:
+                reply = self.controller.reply_by_key(speech_id)
+                if reply is not None:
+                    self.controller.interrupt(source="vad", reply=reply)
+
+            fut.add_done_callback(on_interrupt)
+
+    def _stt_request(self, t: float) -> None:
+        self.collector.mark("stt_request", t)
+
+    def _stt_failed(self, exc: Exception) -> None:
+        turn = self.collector.current
+        turn_id = turn.turn_id if turn is not None else "-"
+        line = f"stt: {type(exc).__name__}: {exc}"
+        self.errors.append(f"{turn_id} {line}")
+        logger.error("speech recognition failed [turn %s]: %s", turn_id, line)
+        if turn is not None:
+            turn.errors.append(line)
+            turn.outcome = "error"
+        self.controller.on_transcript("")
+        self._say_apology()
+
+    def report_error(self, reply: Reply, stage: str, exc: Exception) -> None:
+        line = f"{stage}: {type(exc).__name__}: {exc}"
+        self.errors.append(f"{reply.turn_id} {line}")
+        logger.error("%s failed [turn %s]: %s", stage.upper(), reply.turn_id, line)
+        if reply.turn is not None:
+            reply.turn.errors.append(line)
+            reply.turn.outcome = "error"
+
+    def _say_apology(self) -> None:
+        if self._apology_pending:
+            return
+        self._apology_pending = True
+
+        def done(_: Any) -> None:
+            self._apology_pending = False
+
+        try:
+            handle = self.session.say(self.cfg.apology_text, add_to_chat_ctx=False)
+            handle.add_done_callback(done)
+        except RuntimeError as exc:  # session not running (closing)
+            self._apology_pending = False
+            logger.warning("cannot speak apology: %s", exc)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self, *, room: rtc.Room | None = None, audio_input: Any = None) -> None:
+        if audio_input is not None:
+            self.session.input.audio = audio_input
+        self.session.output.audio = self.output
+        if room is not None:
+            from livekit.agents.voice import room_io
+
+            track = rtc.LocalAudioTrack.create_audio_track("agent-voice", self.output.source)
+            options = rtc.TrackPublishOptions(source=rtc.TrackSource.SOURCE_MICROPHONE)
+            await room.local_participant.publish_track(track, options)
+            await self.session.start(
+                agent=self.agent, room=room, room_options=room_io.RoomOptions(audio_output=False)
+            )
+        else:
+            await self.session.start(agent=self.agent, record=False)
+
+    async def aclose(self) -> None:
+        self.controller.close()
+        try:
+            await self.session.aclose()
+        finally:
+            await self.output.aclose()
+            await self.stt.aclose()
+
+
+__all__ = ["Call", "VoiceAgent", "NOT_GIVEN"]
