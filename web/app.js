@@ -1,0 +1,272 @@
+// The call page: join a LiveKit room with a token from our server, talk to the agent, and show how fast it
+// answers as heard here (see stats.js for what is measured). livekit-client comes from the UMD build that
+// the token server serves at /vendor/livekit-client.umd.js (global `LivekitClient`).
+//
+// Join order: audio context (needs the click) -> microphone -> token -> connect -> publish the microphone,
+// so each failure gets its own clear message: no mic, token error, LiveKit unreachable.
+// `window.voiceCall` exposes the live state for the browser tests and for debugging in the console.
+
+import { LevelMeters } from "./audio.js";
+import { renderLatency, renderLevel, showTranscriptChunk } from "./view.js";
+import { AudioActivity, EnergyVad, TurnLatencyTracker } from "./stats.js";
+
+const LK = window.LivekitClient;
+const AGENT_STATE = "lk.agent.state";
+const $ = (id) => document.getElementById(id);
+
+class UserFacingError extends Error {}
+
+const call = {
+  config: null,
+  room: null,
+  micTrack: null,
+  meters: new LevelMeters(),
+  watchers: new Map(), // track sid or "mic" -> stop()
+  leaving: false,
+  tracker: null,
+  vad: null,
+  agentAudio: null,
+  log: [],
+};
+window.voiceCall = call;
+
+function newDetectors() {
+  const hangoverMs = call.config?.vad_silence_ms ?? 200;
+  call.vad = new EnergyVad({ thresholdDb: -50, minSpeechMs: 60, hangoverMs });
+  call.agentAudio = new AudioActivity({ thresholdDb: -55, silenceMs: 250 });
+}
+call.tracker = new TurnLatencyTracker({ onRecord: (record) => { call.log.push(record); renderLatency(call); } });
+newDetectors();
+
+function notice(kind, text) {
+  const el = $("notice");
+  el.textContent = text ?? "";
+  el.className = `notice ${kind}`;
+  el.hidden = !text;
+}
+
+function setStatus(text, kind) {
+  const el = $("status");
+  el.textContent = text;
+  el.className = `pill ${kind}`;
+}
+
+function setButtons(inCall) {
+  $("join").disabled = inCall;
+  $("leave").disabled = !inCall;
+  $("mute").disabled = !inCall;
+  $("room-input").disabled = inCall;
+  $("name-input").disabled = inCall;
+}
+
+function setAgentState(state) {
+  const el = $("agent-state");
+  el.textContent = state ?? "not here";
+  el.className = `tag state-${state ?? "none"}`;
+}
+
+async function loadConfig() {
+  try {
+    const resp = await fetch("/api/config", { cache: "no-store" });
+    if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
+    call.config = await resp.json();
+  } catch (err) {
+    $("server-info").textContent = "";
+    notice("error", `Cannot load the configuration from the token server (${err.message}). Is it running?`);
+    return;
+  }
+  newDetectors();
+  $("hangover").textContent = String(call.config.vad_silence_ms);
+  const dev = call.config.dev ? " · dev keys" : "";
+  $("server-info").textContent = `LiveKit ${call.config.url} · agent “${call.config.agent_name}”${dev}`;
+  if (!LK) notice("error", "The LiveKit client library did not load: run scripts/setup.sh (npm ci in web/).");
+}
+
+async function openMic() {
+  if (!navigator.mediaDevices?.getUserMedia) {
+    throw new UserFacingError("This page cannot use a microphone here: open it over https or on localhost.");
+  }
+  try {
+    return await LK.createLocalAudioTrack({ echoCancellation: true, noiseSuppression: true, autoGainControl: true });
+  } catch (err) {
+    const why = {
+      NotAllowedError: "Microphone access was denied. Allow it for this site (lock icon in the address bar) and press Join again.",
+      NotFoundError: "No microphone found. Connect one and press Join again.",
+      NotReadableError: "The microphone is busy or blocked by the system. Close other apps using it and try again.",
+    }[err?.name];
+    throw new UserFacingError(why ?? `Could not open the microphone: ${err?.message ?? err}`);
+  }
+}
+
+async function fetchToken() {
+  const body = {};
+  const room = $("room-input").value.trim();
+  const name = $("name-input").value.trim();
+  if (room) body.room = room;
+  if (name) body.name = name;
+  let resp;
+  try {
+    resp = await fetch("/api/token", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(body),
+    });
+  } catch (err) {
+    throw new UserFacingError(`Token server unreachable (${err.message}).`);
+  }
+  const data = await resp.json().catch(() => ({}));
+  if (!resp.ok) {
+    const field = data.field ? ` [${data.field}]` : "";
+    throw new UserFacingError(`Token error (HTTP ${resp.status})${field}: ${data.error ?? resp.statusText}`);
+  }
+  return data;
+}
+
+async function connectRoom(room, grant) {
+  try {
+    await room.connect(grant.url, grant.token, { autoSubscribe: true, maxRetries: 1, websocketTimeout: 10000 });
+  } catch (err) {
+    const R = LK.ConnectionErrorReason;
+    if (err instanceof LK.ConnectionError && err.reason === R.NotAllowed) {
+      throw new UserFacingError(
+        `LiveKit at ${grant.url} refused the token (HTTP ${err.status ?? "?"}): the token server and LiveKit ` +
+          "must use the same LIVEKIT_API_KEY / LIVEKIT_API_SECRET.");
+    }
+    if (err instanceof LK.ConnectionError && err.reason === R.Cancelled) throw new UserFacingError("Join cancelled.");
+    const reason = err?.reasonName ? `${err.reasonName}: ${err.message}` : err?.message ?? String(err);
+    throw new UserFacingError(
+      `Cannot reach LiveKit at ${grant.url} (${reason}). Is the LiveKit server running, and is LIVEKIT_URL right?`);
+  }
+}
+
+function onMicLevel(db, t) {
+  renderLevel("mic-meter", db);
+  const ev = call.vad.update(db, t);
+  if (!ev) return;
+  call.tracker.handleUserEvent(ev);
+  const el = $("you-state");
+  el.textContent = ev.type === "speech_start" ? "talking" : "silent";
+  el.className = `tag ${ev.type === "speech_start" ? "talking" : ""}`;
+}
+
+function onAgentLevel(db, t) {
+  renderLevel("agent-meter", db);
+  const ev = call.agentAudio.update(db, t);
+  if (ev) call.tracker.handleAgentEvent(ev);
+}
+
+function wireRoom(room) {
+  const E = LK.RoomEvent;
+  room.on(E.TrackSubscribed, (track, _pub, participant) => {
+    if (track.kind !== LK.Track.Kind.Audio) return;
+    const el = track.attach(); // playback; also makes Chrome feed the remote stream into WebAudio
+    $("remote-audio").append(el);
+    if (participant.isAgent) call.watchers.set(track.sid, call.meters.watch(track.mediaStreamTrack, onAgentLevel));
+  });
+  room.on(E.TrackUnsubscribed, (track) => {
+    track.detach().forEach((el) => el.remove());
+    call.watchers.get(track.sid)?.();
+    call.watchers.delete(track.sid);
+  });
+  room.on(E.AudioPlaybackStatusChanged, () => { $("enable-audio").hidden = room.canPlaybackAudio; });
+  room.on(E.ParticipantConnected, (p) => { if (p.isAgent) setAgentState(p.attributes[AGENT_STATE] ?? "initializing"); });
+  room.on(E.ParticipantDisconnected, (p) => { if (p.isAgent) { setAgentState(null); notice("info", "The agent left the room."); } });
+  room.on(E.ParticipantAttributesChanged, (changed, p) => {
+    if (p.isAgent && AGENT_STATE in changed) setAgentState(changed[AGENT_STATE]);
+  });
+  room.on(E.Reconnecting, () => setStatus("reconnecting", "busy"));
+  room.on(E.Reconnected, () => setStatus("connected", "on"));
+  room.on(E.Disconnected, (reason) => {
+    if (!call.leaving) notice("error", `Disconnected from LiveKit (${LK.DisconnectReason?.[reason] ?? reason}).`);
+    teardown();
+  });
+  room.registerTextStreamHandler("lk.transcription", async (reader, participantInfo) => {
+    const who = participantInfo.identity === room.localParticipant.identity ? "you" : "agent";
+    const segment = reader.info.attributes?.["lk.segment_id"] ?? reader.info.id;
+    let text = "";
+    try {
+      for await (const chunk of reader) {
+        text += chunk;
+        showTranscriptChunk(segment, who, text, false);
+      }
+    } catch (err) {
+      console.warn("transcript stream ended early", err);
+    }
+    showTranscriptChunk(segment, who, text, true);
+  });
+}
+
+async function join(event) {
+  event?.preventDefault();
+  if (!LK) return notice("error", "The LiveKit client library did not load: run scripts/setup.sh (npm ci in web/).");
+  if (!$("join-form").reportValidity()) return;
+  setButtons(true);
+  notice("info", "");
+  setStatus("connecting", "busy");
+  call.leaving = false;
+  newDetectors(); // the latency table keeps earlier calls until "Reset"
+  try {
+    await call.meters.start();
+    call.micTrack = await openMic();
+    call.watchers.set("mic", call.meters.watch(call.micTrack.mediaStreamTrack, onMicLevel));
+    const grant = await fetchToken();
+    call.grant = { url: grant.url, room: grant.room, identity: grant.identity, expires_at: grant.expires_at };
+    $("room-input").value = grant.room;
+    const room = new LK.Room({ adaptiveStream: false, dynacast: false });
+    call.room = room;
+    wireRoom(room);
+    await connectRoom(room, grant);
+    await room.localParticipant.publishTrack(call.micTrack, { source: LK.Track.Source.Microphone });
+    setStatus(`connected · ${grant.room}`, "on");
+    $("enable-audio").hidden = room.canPlaybackAudio;
+    const agent = [...room.remoteParticipants.values()].find((p) => p.isAgent);
+    if (agent) setAgentState(agent.attributes[AGENT_STATE] ?? "initializing");
+    else notice("info", "Connected. Waiting for the agent to join…");
+  } catch (err) {
+    if (!(err instanceof UserFacingError)) console.error(err);
+    call.leaving = true;
+    await leaveRoom();
+    notice("error", err.message);
+  }
+}
+
+async function leaveRoom() {
+  call.leaving = true;
+  const room = call.room;
+  if (room) await room.disconnect();
+  teardown();
+}
+
+function teardown() {
+  for (const stop of call.watchers.values()) stop();
+  call.watchers.clear();
+  call.micTrack?.stop();
+  call.micTrack = null;
+  call.room = null;
+  $("remote-audio").replaceChildren();
+  renderLevel("mic-meter", -Infinity);
+  renderLevel("agent-meter", -Infinity);
+  setAgentState(null);
+  setButtons(false);
+  setStatus("disconnected", "off");
+  $("mute").textContent = "Mute";
+}
+
+async function toggleMute() {
+  if (!call.micTrack) return;
+  if (call.micTrack.isMuted) await call.micTrack.unmute();
+  else await call.micTrack.mute();
+  $("mute").textContent = call.micTrack.isMuted ? "Unmute" : "Mute";
+}
+
+$("join-form").addEventListener("submit", join);
+$("leave").addEventListener("click", () => { leaveRoom().then(() => notice("info", "You left the call.")); });
+$("mute").addEventListener("click", toggleMute);
+$("reset-stats").addEventListener("click", () => { call.tracker.reset(); call.log = []; renderLatency(call); });
+$("enable-audio").addEventListener("click", async () => {
+  await call.room?.startAudio(); // a click is the user gesture browsers need to start playback
+  $("enable-audio").hidden = call.room?.canPlaybackAudio ?? true;
+});
+window.addEventListener("pagehide", () => { call.room?.disconnect(); });
+renderLatency(call);
+loadConfig();
