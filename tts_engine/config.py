@@ -26,6 +26,7 @@ KNOWN_TTS_VARIABLES = (
     "TTS_DEEP_STREAM_SEED",
     "TTS_DEEP_STREAM_MAX_STREAMS",
     "TTS_DEEP_STREAM_MAX_TEXT_CHARS",
+    "TTS_DEEP_STREAM_MAX_BUFFER_SECONDS",
     "TTS_DEEP_STREAM_METRICS",
     "TTS_CODEGEN_CUDAGRAPH_TALKER",
     "TTS_CODEGEN_CUDAGRAPH_CP",
@@ -52,6 +53,7 @@ class EngineConfig:
     seed: int = 42
     max_streams: int = 16  # concurrent stream slots (static cache batch size)
     max_text_chars: int = 2000
+    max_buffered_seconds: float = 600.0  # unread audio per stream before a slow consumer's stream is cancelled
     metrics: bool = True
     cudagraph_talker: bool = True  # only meaningful on CUDA
     cudagraph_predictor: bool = True
@@ -76,6 +78,7 @@ class EngineConfig:
             seed=env.int("TTS_DEEP_STREAM_SEED", 42, lo=0, hi=2**62),
             max_streams=env.int("TTS_DEEP_STREAM_MAX_STREAMS", 16, lo=1, hi=1024),
             max_text_chars=env.int("TTS_DEEP_STREAM_MAX_TEXT_CHARS", 2000, lo=1, hi=100_000),
+            max_buffered_seconds=env.float("TTS_DEEP_STREAM_MAX_BUFFER_SECONDS", 600.0, lo=1.0, hi=86_400.0),
             metrics=env.bool("TTS_DEEP_STREAM_METRICS", True),
             cudagraph_talker=env.bool("TTS_CODEGEN_CUDAGRAPH_TALKER", True),
             cudagraph_predictor=env.bool("TTS_CODEGEN_CUDAGRAPH_CP", True),

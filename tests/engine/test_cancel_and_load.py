@@ -1,0 +1,146 @@
+"""Cancellation frees the slot within a frame step; busy engine refuses; slow consumers; faults and close."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+
+import numpy as np
+import pytest
+
+from tts_engine.engine import EngineClosedError, StreamOverflowError
+from tts_engine.errors import EngineBusyError
+from tts_engine.runtime.scheduler import EngineStepError
+
+from .helpers import collect, wait_until
+
+TEXT = "Hello world, this is a test."
+LONG = 400  # frames a cancelled stream would run for if cancellation did not work
+
+
+async def test_break_out_of_async_for_frees_the_slot_and_next_request_succeeds(make_engine) -> None:
+    engine = make_engine(max_streams=1)
+    async for packet in engine.stream(TEXT, "serena", max_frames=LONG, packet_frames=1):
+        if packet.index == 2:
+            break
+    gc.collect()
+    await wait_until(lambda: engine.stats()["running_streams"] == 0)
+    stats = engine.stats()
+    assert stats["streams_cancelled"] == 1
+    assert stats["frames_generated"] < 10, "GPU work went on after the consumer left"
+    pcm = await engine.synthesize(TEXT, "serena", max_frames=4)
+    assert len(pcm) == 4 * 1920
+
+
+async def test_aclose_and_task_cancel_stop_the_stream(make_engine) -> None:
+    engine = make_engine(max_streams=2)
+    handle = engine.stream(TEXT, "ryan", max_frames=LONG)
+    await handle.__anext__()
+    await handle.aclose()
+
+    started = asyncio.Event()
+
+    async def consume() -> None:
+        async for _ in engine.stream(TEXT, "aiden", max_frames=LONG):
+            started.set()
+
+    task = asyncio.create_task(consume())
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await wait_until(lambda: engine.stats()["running_streams"] == 0)
+    assert engine.stats()["streams_cancelled"] == 2
+    assert engine.active_streams() == 0
+    assert engine.stats()["frames_generated"] < 40
+
+
+async def test_busy_engine_refuses_at_once_and_recovers(make_engine) -> None:
+    engine = make_engine(max_streams=2)
+    a = engine.stream(TEXT, "serena", max_frames=6)
+    b = engine.stream(TEXT, "ryan", max_frames=6)
+    assert engine.load_fraction() == 1.0
+    with pytest.raises(EngineBusyError, match="2 stream slots"):
+        engine.stream(TEXT, "sohee", max_frames=6)
+    await collect(a)
+    await collect(b)
+    assert engine.active_streams() == 0
+    pcm, _ = await collect(engine.stream(TEXT, "sohee", max_frames=2))
+    assert len(pcm) == 2 * 1920
+    assert engine.stats()["streams_rejected_busy"] == 1
+
+
+async def test_slots_are_reused_lowest_free_first(make_engine) -> None:
+    engine = make_engine(max_streams=4)
+    handles = [engine.stream(TEXT, "serena", max_frames=LONG) for _ in range(3)]
+    for handle in handles:
+        await handle.__anext__()
+    assert sorted(h.metrics.slot for h in handles) == [0, 1, 2]
+    slot0 = next(h for h in handles if h.metrics.slot == 0)
+    slot0.cancel()
+    await wait_until(lambda: engine.stats()["running_streams"] == 2)
+    newcomer = engine.stream(TEXT, "ryan", max_frames=LONG)
+    await newcomer.__anext__()
+    assert newcomer.metrics.slot == 0
+    for handle in [*handles, newcomer]:
+        handle.cancel()
+    await wait_until(lambda: engine.stats()["running_streams"] == 0)
+
+
+async def test_slow_consumer_is_cut_off_without_stalling_others(make_engine) -> None:
+    engine = make_engine(max_streams=4, max_buffered_seconds=1.0)  # 12 frames of unread audio
+    slow = engine.stream(TEXT, "serena", max_frames=60, packet_frames=1)
+    fast_pcm, _ = await collect(engine.stream(TEXT, "ryan", max_frames=30))
+    assert len(fast_pcm) == 30 * 1920
+    await wait_until(lambda: slow.metrics.status != "running" and slow.metrics.status != "pending")
+    received = 0
+    with pytest.raises(StreamOverflowError, match="unread"):
+        async for packet in slow:
+            received += packet.frames
+    assert 0 < received <= 12
+    assert slow.metrics.end_reason == "overflow"
+    assert engine.stats()["streams_overflowed"] == 1
+
+
+async def test_a_failing_step_fails_its_streams_and_the_engine_keeps_serving(make_engine) -> None:
+    engine = make_engine()
+    original = engine.codegen.step
+    calls = {"n": 0}
+
+    def flaky(n_rows: int):  # noqa: ANN202
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("injected device fault")
+        return original(n_rows)
+
+    engine.codegen.step = flaky
+    with pytest.raises(EngineStepError, match="injected device fault"):
+        await collect(engine.stream(TEXT, "serena", max_frames=10))
+    pcm, _ = await collect(engine.stream(TEXT, "serena", max_frames=5))
+    assert len(pcm) == 5 * 1920 and engine.healthy
+    assert engine.stats()["worker_errors"] == 1
+
+
+async def test_close_ends_open_streams_and_refuses_new_ones(make_engine) -> None:
+    engine = make_engine()
+    handle = engine.stream(TEXT, "serena", max_frames=LONG)
+    await handle.__anext__()
+    await asyncio.get_running_loop().run_in_executor(None, engine.close)
+    with pytest.raises(EngineClosedError):
+        async for _ in handle:
+            pass
+    with pytest.raises(EngineClosedError):
+        engine.stream(TEXT, "serena")
+    assert not engine.healthy
+
+
+async def test_metrics_of_a_finished_stream(shared_engine) -> None:
+    handle = shared_engine.stream(TEXT, "serena", max_frames=6, packet_frames=2)
+    pcm, packets = await collect(handle)
+    m = handle.metrics.to_dict()
+    assert m["status"] == "completed" and m["frames"] == 6 and m["packets"] == len(packets) == 4
+    assert m["audio_ms"] == pytest.approx(480.0)
+    assert m["ttfa_ms"] > 0 and m["rtf"] > 0 and m["wall_ms"] >= m["ttfa_ms"]
+    assert m["codegen_wall_ms"] > 0 and m["decode_wall_ms"] > 0 and m["glue_wall_ms"] >= 0
+    assert m["nonfinite_samples"] == 0
+    assert np.abs(pcm).max() > 0

@@ -1,0 +1,349 @@
+"""`Engine`: the one public entry point of the TTS engine (DESIGN.md §3).
+
+    engine = Engine.load(model_dir, EngineConfig.from_env())     # weights + warm-up
+    async for packet in engine.stream(text, speaker="serena"):    # Packet: pcm int16, index, frames, t_ready
+        ...
+    pcm = await engine.synthesize(text, speaker="serena")         # the same path, concatenated
+
+Contract:
+- All model work runs on one worker thread (runtime/scheduler.py), never on the event loop. `stream()`
+  validates the request on the caller's thread (cheap checks, so bad input raises at once with a
+  `TTSInputError` naming the field) and returns a `StreamHandle` (runtime/stream.py).
+- Leaving the `async for`, `aclose()`, or cancelling the consuming task cancels the stream; its GPU
+  work stops within one frame step and its slot frees. A slow consumer never stalls other streams: its
+  unread audio is capped (`max_buffered_seconds`), past the cap its stream alone is cancelled with
+  `StreamOverflowError`.
+- At most `max_streams` streams are open at once; one more raises `EngineBusyError` at once (the
+  server turns that into 503 + Retry-After). `capacity()` / `active_streams()` feed the agent's load_fnc.
+- `synthesize` is `stream` concatenated, so offline and streaming PCM are identical by construction;
+  packet sizes only regroup samples of a decoder that always steps one frame at a time.
+- Deterministic mode: greedy, or seeded sampling with a per-stream seed (config seed unless the call
+  gives one); sampling randomness is counter-based per stream, so bytes repeat run after run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import secrets
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from tts_engine.config import EngineConfig
+from tts_engine.errors import (
+    ConfigError,
+    EmptyTextError,
+    EngineBusyError,
+    TextTooLongError,
+    TTSInputError,
+    UnknownLanguageError,
+    UnknownSpeakerError,
+)
+from tts_engine.runtime.codedump import CodeDumper
+from tts_engine.runtime.metrics import EngineCounters, StreamMetrics
+from tts_engine.runtime.scheduler import Scheduler
+from tts_engine.runtime.stream import (
+    EngineClosedError,
+    Packet,
+    StreamChannel,
+    StreamHandle,
+    StreamOverflowError,
+    StreamRequest,
+)
+
+__all__ = ["Engine", "EngineClosedError", "Packet", "StreamHandle", "StreamMetrics", "StreamOverflowError"]
+
+log = logging.getLogger(__name__)
+
+SAMPLE_RATE = 24_000
+SAMPLES_PER_FRAME = 1920
+MAX_PACKET_FRAMES = 64
+MAX_FRAMES = 2048  # the code generator's hard ceiling (163.84 s)
+WARMUP_TEXT = "Hello, this is a warm-up."
+
+
+def _check_int(name: str, value: object, lo: int, hi: int) -> None:
+    if value is None:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise TTSInputError(f"{name}={value!r} is not allowed; give an integer {lo}..{hi}", field=name)
+
+
+class Engine:
+    """Loads a checkpoint once and serves many concurrent streams from one worker thread."""
+
+    def __init__(self, model: Any, config: EngineConfig) -> None:
+        from tts_engine.runtime.codegen import CodeGenerator
+
+        self.model = model
+        self.config = config
+        self.device: torch.device = model.device
+        self.counters = EngineCounters()
+        self.codegen = CodeGenerator(model, max_slots=config.max_streams)
+        self._dumper = CodeDumper(config.code_dump_dir) if config.code_dump_enable else None
+        self._open: set[int] = set()  # id() of channels holding a reservation
+        self._lock = threading.Lock()
+        self._closed = False
+        self._end_listeners: list[Callable[[StreamMetrics], None]] = []
+        self.max_buffered_frames = max(1, int(config.max_buffered_seconds * SAMPLE_RATE / SAMPLES_PER_FRAME))
+        self.scheduler = Scheduler(
+            self.codegen,
+            model.codec,
+            max_slots=config.max_streams,
+            device=self.device,
+            eos_code=int(model.config.codec_eos_id),
+            counters=self.counters,
+            on_stream_end=self._on_stream_end,
+        )
+        self.scheduler.start()
+        self.warmup_s: float | None = None
+
+    # ---- construction ---------------------------------------------------------------------------
+    @classmethod
+    def load(
+        cls, model_dir: str | Path | None = None, config: EngineConfig | None = None, *, warmup: bool = True
+    ) -> Engine:
+        """Load weights (CheckpointError names the missing/bad file) and warm the engine up."""
+        from tts_engine.model.loader import load_model
+
+        config = config if config is not None else EngineConfig.from_env()
+        model_dir = str(model_dir) if model_dir else config.model_dir
+        if not model_dir:
+            raise ConfigError("no model directory: pass model_dir or set TTS_DEEP_STREAM_MODEL_DIR")
+        config = dataclasses.replace(config, model_dir=model_dir)
+        model = load_model(model_dir, device=config.device, dtype=config.dtype)
+        engine = cls(model, config)
+        if warmup:
+            engine.warmup()
+        return engine
+
+    def warmup(self, frames: int = 4) -> float:
+        """Run a short real stream through every stage (allocations, kernels, autotuning). Returns seconds.
+        Safe to call from any thread, with or without a running event loop."""
+
+        async def run() -> None:
+            handle = self.stream(WARMUP_TEXT, speaker=self.speakers[0], first_packet_frames=1, packet_frames=1)
+            async with handle:
+                async for packet in handle:
+                    if packet.index + 1 >= frames:
+                        break
+
+        t0 = time.perf_counter()
+        error: list[BaseException] = []
+
+        def target() -> None:
+            try:
+                asyncio.run(run())
+            except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
+                error.append(exc)
+
+        thread = threading.Thread(target=target, name="tts-engine-warmup")
+        thread.start()
+        thread.join()
+        if error:
+            raise error[0]
+        self.warmup_s = time.perf_counter() - t0
+        return self.warmup_s
+
+    # ---- requests -------------------------------------------------------------------------------
+    @property
+    def speakers(self) -> list[str]:
+        return list(self.model.speakers)
+
+    @property
+    def languages(self) -> list[str]:
+        return list(self.model.languages)
+
+    def validate(
+        self,
+        text: object,
+        speaker: object,
+        language: object = "auto",
+        *,
+        packet_frames: object = None,
+        first_packet_frames: object = None,
+    ) -> tuple[str, str, str]:
+        """Cheap checks on the caller's thread; returns normalised (text, speaker, language)."""
+        if not isinstance(text, str):
+            raise TTSInputError(f"text must be a string, got {type(text).__name__}", field="text")
+        if not text.strip():
+            raise EmptyTextError()
+        if len(text) > self.config.max_text_chars:
+            raise TextTooLongError(len(text), self.config.max_text_chars)
+        if not isinstance(speaker, str):
+            raise TTSInputError(f"speaker must be a string, got {type(speaker).__name__}", field="speaker")
+        if speaker.strip().lower() not in self.speakers:
+            raise UnknownSpeakerError(speaker, self.speakers)
+        if language is None:
+            language = "auto"
+        if not isinstance(language, str):
+            raise TTSInputError(f"language must be a string, got {type(language).__name__}", field="language")
+        if language.strip().lower() not in self.languages:
+            raise UnknownLanguageError(language, self.languages)
+        _check_int("packet_frames", packet_frames, 1, MAX_PACKET_FRAMES)
+        _check_int("first_packet_frames", first_packet_frames, 1, MAX_PACKET_FRAMES)
+        return text, speaker.strip().lower(), language.strip().lower()
+
+    def stream(
+        self,
+        text: str,
+        speaker: str,
+        language: str = "auto",
+        *,
+        instruct: str | None = None,
+        packet_frames: int | None = None,
+        first_packet_frames: int | None = None,
+        seed: int | None = None,
+        max_frames: int | None = None,
+        request_id: str | None = None,
+    ) -> StreamHandle:
+        """Start one stream; iterate the returned handle with `async for`. Call from a running event loop."""
+        loop = asyncio.get_running_loop()
+        if self._closed or not self.scheduler.alive:
+            raise EngineClosedError(
+                "the TTS engine is closed" if self._closed else "the TTS engine worker is not running"
+            )
+        try:
+            text, speaker, language = self.validate(
+                text, speaker, language, packet_frames=packet_frames, first_packet_frames=first_packet_frames
+            )
+            _check_int("seed", seed, 0, 2**62 - 1)
+            _check_int("max_frames", max_frames, 1, MAX_FRAMES)
+        except TTSInputError:
+            self.counters.add("input_errors")
+            raise
+        metrics = StreamMetrics(
+            request_id=request_id or uuid.uuid4().hex[:16], text_chars=len(text), speaker=speaker, language=language
+        )
+        request = StreamRequest(
+            text=text,
+            speaker=speaker,
+            language=language,
+            instruct=instruct,
+            params=self._sampling_params(seed),
+            first_packet_frames=first_packet_frames or self.config.first_packet_frames,
+            packet_frames=packet_frames or self.config.packet_frames,
+            metrics=metrics,
+            max_frames=max_frames,
+        )
+        channel = StreamChannel(request, loop, self.max_buffered_frames)
+        with self._lock:
+            if len(self._open) >= self.config.max_streams:
+                self.counters.add("streams_rejected_busy")
+                raise EngineBusyError(
+                    f"all {self.config.max_streams} stream slots are busy; retry shortly "
+                    "(raise TTS_DEEP_STREAM_MAX_STREAMS for more)"
+                )
+            self._open.add(id(channel))
+        self.counters.add("streams_started")
+        self.scheduler.submit(channel)
+        return StreamHandle(channel, self._release)
+
+    async def synthesize(self, text: str, speaker: str, language: str = "auto", **options: Any) -> np.ndarray:
+        """Offline synthesis: the streaming path, concatenated. Returns int16 PCM at 24 kHz."""
+        parts = [packet.pcm async for packet in self.stream(text, speaker, language, **options)]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int16)
+
+    def _sampling_params(self, seed: int | None) -> Any:
+        from tts_engine.runtime.codegen import SamplingParams
+
+        gen = self.model.config.generation
+        if self.config.deterministic and self.config.deterministic_policy == "greedy":
+            return SamplingParams.greedy()
+        if self.config.deterministic:
+            return SamplingParams.from_generation_config(gen, seed=self.config.seed if seed is None else seed)
+        return SamplingParams.from_generation_config(gen, seed=secrets.randbelow(2**62) if seed is None else seed)
+
+    # ---- bookkeeping ----------------------------------------------------------------------------
+    def _release(self, channel: StreamChannel) -> None:
+        with self._lock:
+            self._open.discard(id(channel))
+
+    def _on_stream_end(self, channel: StreamChannel) -> None:
+        """Called on the worker thread when a stream leaves the engine (any reason)."""
+        self._release(channel)
+        req = channel.request
+        if self._dumper is not None and req.metrics.status == "completed":
+            self._dumper.submit(
+                req.metrics.request_id,
+                req.codes,
+                {
+                    "request_id": req.metrics.request_id,
+                    "text": req.text,
+                    "speaker": req.speaker,
+                    "language": req.language,
+                    "seed": getattr(req.params, "seed", None),
+                    "end_reason": req.metrics.end_reason,
+                    "frames": req.metrics.frames,
+                    "sample_rate": SAMPLE_RATE,
+                    "model_dir": self.config.model_dir,
+                },
+            )
+        for listener in self._end_listeners:
+            listener(req.metrics)
+
+    def add_end_listener(self, listener: Callable[[StreamMetrics], None]) -> None:
+        """`listener(metrics)` runs on the worker thread when any stream ends; keep it short, thread-safe."""
+        self._end_listeners.append(listener)
+
+    def flush_code_dumps(self) -> None:
+        if self._dumper is not None:
+            self._dumper.flush()
+
+    # ---- load reporting -------------------------------------------------------------------------
+    def capacity(self) -> int:
+        return self.config.max_streams
+
+    def active_streams(self) -> int:
+        with self._lock:
+            return len(self._open)
+
+    def load_fraction(self) -> float:
+        """Open streams / capacity, in [0, 1] (LiveKit's load_fnc)."""
+        return min(1.0, self.active_streams() / self.capacity())
+
+    @property
+    def healthy(self) -> bool:
+        return not self._closed and self.scheduler.alive
+
+    def stats(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "device": str(self.device),
+            "device_name": torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu",
+            "dtype": str(self.model.dtype).replace("torch.", ""),
+            "model_dir": self.config.model_dir,
+            "capacity": self.capacity(),
+            "open_streams": self.active_streams(),
+            "running_streams": self.scheduler.active_count,
+            "pending_streams": self.scheduler.pending_count,
+            "worker_alive": self.scheduler.alive,
+            "warmup_s": self.warmup_s,
+        }
+        out.update(self.counters.snapshot())
+        graph_stats = getattr(self.codegen, "graph_stats", None)
+        if graph_stats is not None and hasattr(graph_stats, "as_dict"):
+            out["cuda_graphs"] = graph_stats.as_dict()
+        return out
+
+    def close(self) -> None:
+        """Stop the worker (open streams end with EngineClosedError) and flush code dumps."""
+        if self._closed:
+            return
+        self._closed = True
+        self.scheduler.close()
+        if self._dumper is not None:
+            self._dumper.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
