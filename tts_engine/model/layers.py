@@ -1,0 +1,189 @@
+"""Qwen3-style decoder building blocks shared by the talker and the code predictor (inference only).
+
+Contract (facts: shared/reference/qwen3_tts.md §1.2, §6):
+- `RMSNorm`: mean of squares in fp32, cast back to the input dtype, then multiplied by the weight.
+- `DecoderLayer`: pre-norm attention (per-head q/k RMSNorm applied before rotate-half RoPE, GQA, no biases,
+  scale head_dim**-0.5) and a SwiGLU MLP, both with residuals. Parameter names equal the checkpoint's.
+- Key/value caches are owned by the caller and passed in; the layer writes the new keys/values in place:
+  * `prefill`: one sequence of T tokens at positions 0..T-1 into one cache row (causal attention);
+  * `step`: one token per row, each row at its own position (a device tensor), keys masked by `mask`;
+  * `static`: t tokens for every row at the same Python-int start position (code predictor).
+  None of them synchronises with the host, and `step`/`static` have fixed shapes for fixed inputs.
+- `rope_table` gives fp32 cos/sin rows exactly as the official rotary module computes them; they are cast to the
+  activation dtype before being applied.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tts_engine.model.config import StackConfig
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(dtype)
+
+
+def rope_table(theta: float, head_dim: int, n_positions: int,
+               device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 (cos, sin) of shape [n_positions, head_dim], rotate-half layout (frequencies repeated twice)."""
+    exponent = torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).to(torch.float32) / head_dim
+    inv_freq = 1.0 / (theta**exponent)
+    positions = torch.arange(n_positions, dtype=torch.float32, device=device)
+    freqs = positions[:, None] * inv_freq[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [..., T, D]; cos/sin broadcastable to it, already in x's dtype."""
+    return x * cos + _rotate_half(x) * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: StackConfig) -> None:
+        super().__init__()
+        self.num_heads = cfg.num_heads
+        self.num_kv_heads = cfg.num_kv_heads
+        self.head_dim = cfg.head_dim
+        self.groups = cfg.num_heads // cfg.num_kv_heads
+        width_q = cfg.num_heads * cfg.head_dim
+        width_kv = cfg.num_kv_heads * cfg.head_dim
+        self.q_proj = nn.Linear(cfg.hidden_size, width_q, bias=False)
+        self.k_proj = nn.Linear(cfg.hidden_size, width_kv, bias=False)
+        self.v_proj = nn.Linear(cfg.hidden_size, width_kv, bias=False)
+        self.o_proj = nn.Linear(width_q, cfg.hidden_size, bias=False)
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+
+    def _qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """x [B, T, H] -> q [B, heads, T, D], k/v [B, kv_heads, T, D] with norm + RoPE applied to q and k."""
+        b, t, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(b, t, self.num_heads, self.head_dim)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+    def _out(self, attn: torch.Tensor, b: int, t: int) -> torch.Tensor:
+        return self.o_proj(attn.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim))
+
+    def _grouped_single_query(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                              mask: torch.Tensor | None) -> torch.Tensor:
+        """One query token per row: fold the query heads of a KV group into the query axis (exact GQA, no copies)."""
+        b = q.shape[0]
+        qg = q.reshape(b, self.num_kv_heads, self.groups, self.head_dim)
+        out = F.scaled_dot_product_attention(qg, keys, values, attn_mask=mask)
+        return out.reshape(b, self.num_heads, 1, self.head_dim)
+
+    def prefill(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
+        """x [1, T, H]; k_cache/v_cache [kv_heads, L, D] (one slot's rows), written at 0..T-1."""
+        _, t, _ = x.shape
+        q, k, v = self._qkv(x, cos, sin)
+        k_cache[:, :t].copy_(k[0])
+        v_cache[:, :t].copy_(v[0])
+        keys = k.repeat_interleave(self.groups, dim=1)
+        values = v.repeat_interleave(self.groups, dim=1)
+        out = F.scaled_dot_product_attention(q, keys, values, is_causal=True)
+        return self._out(out, 1, t)
+
+    def step(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
+             v_cache: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """x [B, 1, H]; cos/sin [B, 1, 1, D]; caches [B, kv_heads, L, D]; positions [B] long; mask [B, 1, 1, L]."""
+        b = x.shape[0]
+        q, k, v = self._qkv(x, cos, sin)
+        index = positions.view(b, 1, 1, 1).expand(b, self.num_kv_heads, 1, self.head_dim)
+        k_cache.scatter_(2, index, k)
+        v_cache.scatter_(2, index, v)
+        return self._out(self._grouped_single_query(q, k_cache, v_cache, mask), b, 1)
+
+    def static(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
+               v_cache: torch.Tensor, start: int) -> torch.Tensor:
+        """x [B, t, H] at positions start..start+t-1 for every row; caches [B, kv_heads, L, D]."""
+        b, t, _ = x.shape
+        q, k, v = self._qkv(x, cos, sin)
+        end = start + t
+        k_cache[:, :, start:end].copy_(k)
+        v_cache[:, :, start:end].copy_(v)
+        keys, values = k_cache[:, :, :end], v_cache[:, :, :end]
+        if t == 1:
+            return self._out(self._grouped_single_query(q, keys, values, None), b, 1)
+        if start != 0:
+            raise ValueError("multi-token static attention is only used from position 0")
+        keys = keys.repeat_interleave(self.groups, dim=1)
+        values = values.repeat_interleave(self.groups, dim=1)
+        out = F.scaled_dot_product_attention(q, keys, values, is_causal=True)
+        return self._out(out, b, t)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: StackConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: StackConfig) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = MLP(cfg)
+
+    def finish(self, x: torch.Tensor, attn_out: torch.Tensor) -> torch.Tensor:
+        h = x + attn_out
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class DecoderStack(nn.Module):
+    """`layers` + final `norm`; the three cache modes of `Attention`, applied layer by layer.
+
+    Caches are [num_layers, rows, kv_heads, L, D] tensors (or per-layer views of them)."""
+
+    def __init__(self, cfg: StackConfig) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def prefill(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
+        """x [1, T, H]; caches [num_layers, kv_heads, L, D] of one slot. Returns final-normed hidden [1, T, H]."""
+        for i, layer in enumerate(self.layers):
+            a = layer.self_attn.prefill(layer.input_layernorm(x), cos, sin, k_cache[i], v_cache[i])
+            x = layer.finish(x, a)
+        return self.norm(x)
+
+    def step(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
+             v_cache: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        for i, layer in enumerate(self.layers):
+            a = layer.self_attn.step(layer.input_layernorm(x), cos, sin, k_cache[i], v_cache[i], positions, mask)
+            x = layer.finish(x, a)
+        return self.norm(x)
+
+    def static(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
+               v_cache: torch.Tensor, start: int) -> torch.Tensor:
+        for i, layer in enumerate(self.layers):
+            a = layer.self_attn.static(layer.input_layernorm(x), cos, sin, k_cache[i], v_cache[i], start)
+            x = layer.finish(x, a)
+        return self.norm(x)

@@ -1,0 +1,294 @@
+"""The per-frame hot loop: a fixed-shape batched code generator over static slots (gpt-fast style).
+
+Contract (docs/model.md, INTERFACES.md):
+- `CodeGenerator(model, max_slots, max_seq_len)` preallocates everything: talker KV cache
+  [layers, max_slots, kv_heads, max_seq_len, head_dim], predictor KV cache (16 positions, fresh every frame),
+  per-slot positions / frame counters / caps / c0 seen-masks / sampling parameters / last logits and hidden,
+  all as device tensors.
+- `prepare()` validates and builds a `Prompt` (host side, eager). `admit(slot, ...)` prefills that slot's KV rows
+  and resets its state; other slots are untouched. `release(slot)` marks it free (state is reset on admit).
+- `step(n_rows)` advances slots [0, n_rows) by one frame using prefix views of the buffers: sample c0 (HF order),
+  run the code predictor (15 passes), feed the summed embedding back through the talker at each row's own
+  position. No host syncs, no data-dependent Python control flow: the same function can be captured in a CUDA
+  graph per n_rows. Returns (codes [n_rows, 16], done [n_rows]) on the device; done = EOS sampled (that frame's
+  codes are garbage) or the frame cap reached (that frame is valid). Rows never admitted give ignored output.
+- Runaway cap: max_frames = min(HARD_CEILING_FRAMES, generation max_new_tokens - 1, max_seq_len - prompt_len,
+  FRAMES_BASE + FRAMES_PER_TEXT_TOKEN * n_text_tokens); an explicit `max_frames` in prepare() replaces the
+  text-length term (still bounded by the ceiling and the cache room).
+- Seeded sampling uses counter-based Gumbel noise keyed by (seed, frame, pass, token): reproducible per stream and
+  independent of batch composition (see model/sampling.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from tts_engine.errors import TTSInputError
+from tts_engine.model.config import GenerationDefaults, ModelConfig
+from tts_engine.model.layers import rope_table
+from tts_engine.model.loader import LoadedModel
+from tts_engine.model.predictor import PREDICTOR_POSITIONS
+from tts_engine.model.prompt import build_prompt_embeds, tts_pad_embedding, validate_request
+from tts_engine.model.sampling import choose, process_talker_logits, token_hashes
+
+#: absolute ceiling on frames per utterance (163.84 s), whatever the text length
+HARD_CEILING_FRAMES = 2048
+#: runaway cap = FRAMES_BASE + FRAMES_PER_TEXT_TOKEN * text tokens (normal speech is ~3-4 frames per token)
+FRAMES_BASE = 50
+FRAMES_PER_TEXT_TOKEN = 8
+MIN_NEW_TOKENS = 2  # HF min_new_tokens of the official generate(): EOS masked for the first 2 frames
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    do_sample: bool = False
+    temperature: float = 0.9
+    top_k: int = 50
+    top_p: float = 1.0
+    repetition_penalty: float = 1.05
+    subtalker_do_sample: bool = False
+    subtalker_temperature: float = 0.9
+    subtalker_top_k: int = 50
+    subtalker_top_p: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("temperature", "subtalker_temperature", "repetition_penalty"):
+            value = getattr(self, name)
+            if not value > 0:
+                raise ValueError(f"{name}={value!r} is not allowed; it must be > 0")
+        for name in ("top_p", "subtalker_top_p"):
+            value = getattr(self, name)
+            if not 0 < value <= 1:
+                raise ValueError(f"{name}={value!r} is not allowed; it must be in (0, 1]")
+        if not 0 <= self.seed < 2**63:
+            raise ValueError(f"seed={self.seed!r} is not allowed; it must be in [0, 2**63)")
+
+    @classmethod
+    def greedy(cls, repetition_penalty: float = 1.05, seed: int = 0) -> SamplingParams:
+        """Argmax for both stages; HF still applies the penalty and masks in greedy mode (so do we)."""
+        return cls(do_sample=False, subtalker_do_sample=False, repetition_penalty=repetition_penalty, seed=seed)
+
+    @classmethod
+    def from_generation_config(cls, cfg: GenerationDefaults | ModelConfig, **overrides: object) -> SamplingParams:
+        gen = cfg.generation if isinstance(cfg, ModelConfig) else cfg
+        base = cls(
+            do_sample=gen.do_sample, temperature=gen.temperature, top_k=gen.top_k, top_p=gen.top_p,
+            repetition_penalty=gen.repetition_penalty, subtalker_do_sample=gen.subtalker_do_sample,
+            subtalker_temperature=gen.subtalker_temperature, subtalker_top_k=gen.subtalker_top_k,
+            subtalker_top_p=gen.subtalker_top_p,
+        )
+        return dataclasses.replace(base, **overrides)  # type: ignore[arg-type]
+
+
+@dataclass
+class Prompt:
+    embeds: torch.Tensor  # [T, H] prefill embeddings on the model's device, in its dtype
+    n_text_tokens: int
+    max_frames: int
+
+
+def runaway_cap(n_text_tokens: int) -> int:
+    return min(HARD_CEILING_FRAMES, FRAMES_BASE + FRAMES_PER_TEXT_TOKEN * n_text_tokens)
+
+
+class CodeGenerator:
+    """Fixed-shape batched frame stepper over `max_slots` static slots."""
+
+    def __init__(self, model: LoadedModel, max_slots: int, max_seq_len: int = 2048) -> None:
+        if max_slots < 1:
+            raise ValueError(f"max_slots={max_slots} is not allowed; it must be >= 1")
+        cfg: ModelConfig = model.config
+        self.model = model
+        self.cfg = cfg
+        self.max_slots = max_slots
+        self.max_seq_len = min(max_seq_len, cfg.talker.max_position_embeddings)
+        self.talker = model.talker
+        self.predictor = model.predictor
+        dev, dt = model.device, model.dtype
+        t, p = cfg.talker, cfg.predictor
+        s, length, vocab = max_slots, self.max_seq_len, t.vocab_size
+
+        def zeros(*shape: int, dtype: torch.dtype = dt) -> torch.Tensor:
+            return torch.zeros(shape, dtype=dtype, device=dev)
+
+        self.k_cache = zeros(t.num_layers, s, t.num_kv_heads, length, t.head_dim)
+        self.v_cache = zeros(t.num_layers, s, t.num_kv_heads, length, t.head_dim)
+        self.pk_cache = zeros(p.num_layers, s, p.num_kv_heads, PREDICTOR_POSITIONS, p.head_dim)
+        self.pv_cache = zeros(p.num_layers, s, p.num_kv_heads, PREDICTOR_POSITIONS, p.head_dim)
+        cos, sin = rope_table(t.rope_theta, t.head_dim, length, dev)
+        self.cos_f32, self.sin_f32 = cos, sin  # cast per use, as the official rotary module does
+        pcos, psin = rope_table(p.rope_theta, p.head_dim, PREDICTOR_POSITIONS, dev)
+        self.pcos, self.psin = pcos.to(dt), psin.to(dt)
+        self.key_index = torch.arange(length, device=dev)
+        self.suppress = torch.zeros(vocab, dtype=torch.bool, device=dev)
+        self.suppress[vocab - 1024 :] = True
+        self.suppress[cfg.codec_eos_id] = False
+        self.hash_talker = token_hashes(vocab, dev)
+        self.hash_predictor = token_hashes(p.vocab_size, dev)
+        self.tts_pad = tts_pad_embedding(self.talker, cfg)
+        # per-slot state
+        self.positions = zeros(s, dtype=torch.long)
+        self.frame = zeros(s, dtype=torch.long)
+        self.max_frames = torch.ones(s, dtype=torch.long, device=dev)
+        self.seen = zeros(s, vocab, dtype=torch.bool)
+        self.logits = zeros(s, vocab, dtype=torch.float32)
+        self.past_hidden = zeros(s, t.hidden_size)
+        self.do_sample = zeros(s, dtype=torch.bool)
+        self.temperature = torch.ones(s, device=dev)
+        self.top_k = zeros(s, dtype=torch.long)
+        self.top_p = torch.ones(s, device=dev)
+        self.penalty = torch.ones(s, device=dev)
+        self.sub_do_sample = zeros(s, dtype=torch.bool)
+        self.sub_temperature = torch.ones(s, device=dev)
+        self.sub_top_k = zeros(s, dtype=torch.long)
+        self.sub_top_p = torch.ones(s, device=dev)
+        self.seed = zeros(s, dtype=torch.long)
+        self.active = [False] * s  # host-side bookkeeping only
+        # host-side: does any admitted slot sample? If none, step() takes plain argmax (identical result for greedy
+        # rows, far fewer kernels). A CUDA-graph wrapper keys its graphs on (n_rows, self.sampling).
+        self.sampling_slots: set[int] = set()
+
+    # ---- host side -------------------------------------------------------------------------------------------
+    def prepare(self, text: str, speaker: str, language: str = "auto", instruct: str | None = None,
+                max_frames: int | None = None) -> Prompt:
+        text, speaker, language = validate_request(self.cfg, text, speaker, language)
+        embeds, n_text = build_prompt_embeds(
+            self.talker, self.cfg, self.model.tokenizer, text, speaker, language, instruct
+        )
+        room = self.max_seq_len - embeds.shape[0]
+        if room < 1:
+            raise TTSInputError(
+                f"text needs {embeds.shape[0]} prompt positions; this generator holds at most "
+                f"{self.max_seq_len - 1} plus one frame (max_seq_len={self.max_seq_len})", field="text"
+            )
+        if max_frames is None:
+            cap = min(runaway_cap(n_text), self.cfg.generation.max_new_tokens - 1, room)
+        elif max_frames < 1:
+            raise ValueError(f"max_frames={max_frames} is not allowed; it must be >= 1")
+        else:  # an explicit cap replaces the text-length cap, still bounded by the ceiling and the cache room
+            cap = min(max_frames, HARD_CEILING_FRAMES, room)
+        return Prompt(embeds=embeds, n_text_tokens=n_text, max_frames=cap)
+
+    def _check_slot(self, slot: int) -> None:
+        if not 0 <= slot < self.max_slots:
+            raise ValueError(f"slot={slot} is not allowed; slots are 0..{self.max_slots - 1}")
+
+    @torch.no_grad()
+    def admit(self, slot: int, prompt: Prompt, params: SamplingParams) -> None:
+        self._check_slot(slot)
+        n = prompt.embeds.shape[0]
+        if n + prompt.max_frames > self.max_seq_len:
+            raise ValueError(
+                f"prompt of {n} positions + {prompt.max_frames} frames exceeds max_seq_len {self.max_seq_len}"
+            )
+        dt = self.model.dtype
+        cos, sin = self.cos_f32[:n].to(dt), self.sin_f32[:n].to(dt)
+        h = self.talker.model.prefill(
+            prompt.embeds.to(dt)[None], cos, sin, self.k_cache[:, slot], self.v_cache[:, slot]
+        )
+        last = h[0, -1]
+        self.logits[slot] = self.talker.codec_head(last).float()
+        self.past_hidden[slot] = last
+        self.positions[slot] = n
+        self.frame[slot] = 0
+        self.max_frames[slot] = prompt.max_frames
+        self.seen[slot] = False
+        self.do_sample[slot] = params.do_sample
+        self.temperature[slot] = params.temperature
+        self.top_k[slot] = params.top_k
+        self.top_p[slot] = params.top_p
+        self.penalty[slot] = params.repetition_penalty
+        self.sub_do_sample[slot] = params.subtalker_do_sample
+        self.sub_temperature[slot] = params.subtalker_temperature
+        self.sub_top_k[slot] = params.subtalker_top_k
+        self.sub_top_p[slot] = params.subtalker_top_p
+        self.seed[slot] = params.seed
+        self.active[slot] = True
+        if params.do_sample or params.subtalker_do_sample:
+            self.sampling_slots.add(slot)
+        else:
+            self.sampling_slots.discard(slot)
+
+    def release(self, slot: int) -> None:
+        self._check_slot(slot)
+        self.active[slot] = False
+        self.sampling_slots.discard(slot)
+
+    @property
+    def sampling(self) -> bool:
+        """True when step() must run the sampling path (some admitted slot samples)."""
+        return bool(self.sampling_slots)
+
+    # ---- device side: the frame step -------------------------------------------------------------------------
+    @torch.no_grad()
+    def step(self, n_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        n = n_rows
+        frame = self.frame[:n]
+        seed = self.seed[:n]
+        logits = process_talker_logits(
+            self.logits[:n], self.seen[:n], self.penalty[:n], frame, self.cfg.codec_eos_id, self.suppress,
+            MIN_NEW_TOKENS,
+        )
+        sampling = self.sampling
+        if sampling:
+            c0 = choose(logits, self.do_sample[:n], self.temperature[:n], self.top_k[:n], self.top_p[:n], seed, frame,
+                        0, self.hash_talker)
+        else:
+            c0 = logits.argmax(dim=-1)
+        self.seen[:n].scatter_(1, c0[:, None], True)
+
+        sub = (self.sub_do_sample[:n], self.sub_temperature[:n], self.sub_top_k[:n], self.sub_top_p[:n])
+
+        def sample_sub(pass_index: int, sub_logits: torch.Tensor) -> torch.Tensor:
+            if not sampling:
+                return sub_logits.argmax(dim=-1)
+            return choose(sub_logits, *sub, seed, frame, pass_index, self.hash_predictor)
+
+        c0_embed = self.talker.embed_codec(c0)
+        rest = self.predictor.generate(
+            self.past_hidden[:n], c0_embed, self.pk_cache[:, :n], self.pv_cache[:, :n], self.pcos, self.psin,
+            sample_sub,
+        )
+        codes = torch.cat((c0[:, None], rest), dim=1)
+
+        x = (self.predictor.feedback_embedding(c0_embed, rest) + self.tts_pad)[:, None]
+        pos = self.positions[:n]
+        dt = self.model.dtype
+        cos = self.cos_f32[pos].to(dt)[:, None, None]
+        sin = self.sin_f32[pos].to(dt)[:, None, None]
+        mask = (self.key_index[None, :] <= pos[:, None])[:, None, None]
+        h = self.talker.model.step(x, cos, sin, self.k_cache[:, :n], self.v_cache[:, :n], pos, mask)[:, 0]
+        self.logits[:n] = self.talker.codec_head(h).float()
+        self.past_hidden[:n] = h
+
+        done = (c0 == self.cfg.codec_eos_id) | (frame + 1 >= self.max_frames[:n])
+        self.frame[:n] += 1
+        # idle rows keep stepping; clamp so their cache writes stay in bounds (their output is ignored)
+        self.positions[:n] = (pos + 1).clamp(max=self.max_seq_len - 1)
+        return codes, done
+
+
+@torch.no_grad()
+def generate_codes(model: LoadedModel, text: str, speaker: str, language: str = "auto",
+                   params: SamplingParams | None = None, max_frames: int | None = None,
+                   instruct: str | None = None) -> torch.Tensor:
+    """Offline: [T, 16] codes of one utterance (EOS frame dropped). Greedy unless `params` says otherwise."""
+    gen = CodeGenerator(model, max_slots=1)
+    prompt = gen.prepare(text, speaker, language, instruct=instruct, max_frames=max_frames)
+    gen.admit(0, prompt, params or SamplingParams.greedy())
+    frames: list[torch.Tensor] = []
+    for _ in range(prompt.max_frames):
+        codes, done = gen.step(1)
+        if bool(done[0]):  # host sync is fine here: offline helper, one utterance
+            if int(codes[0, 0]) != model.config.codec_eos_id:
+                frames.append(codes[0])
+            break
+        frames.append(codes[0])
+    gen.release(0)
+    if not frames:
+        return torch.zeros((0, model.config.num_code_groups), dtype=torch.long, device=model.device)
+    return torch.stack(frames)
