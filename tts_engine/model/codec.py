@@ -1,0 +1,206 @@
+"""The 12 Hz codec decoder (speech tokenizer v2): codes [B, 16, T] -> 24 kHz PCM [B, T*1920], fp32.
+
+Contract (docs/codec.md, INTERFACES.md):
+- `CodecDecoder.from_pretrained(speech_tokenizer_dir, device)` reads `config.json` and the `decoder.*` tensors of
+  `model.safetensors` by their real names; any problem raises `CheckpointError` naming the file, the tensor and
+  the expected shape. The encoder (`encoder.*`, voice cloning only) is not read. Always fp32.
+- `forward(codes)`: one unchunked pass (the official `decoder(codes)`, not its 300-frame `chunked_decode`).
+  Codes < 0 (padding) count as 0, as in the official decode; codes >= codebook_size are refused.
+- `new_state(batch)` / `step(codes [B,16,n], state)`: exact streaming. Stepping T frames in pieces of any n gives
+  the same samples as `forward` on all T (fp32 rounding aside), because every stage is causal with no look-ahead
+  and the state carries exactly the context each stage reads: conv tails, transposed-conv columns, the 71 most
+  recent keys/values per transformer layer and a per-row position counter (device tensor). No host syncs and no
+  data-dependent Python branches in `step`; shapes are fixed for a fixed n (CUDA-graph capturable).
+  `step` does not check code ranges (that would sync); it clamps them into [0, codebook_size).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors import safe_open
+from torch import nn
+
+from tts_engine.errors import CheckpointError
+from tts_engine.model.codec_config import RESIDUAL_DILATIONS, CodecConfig, decoder_tensor_shapes
+from tts_engine.model.codec_layers import (
+    CausalConv,
+    CausalTransposedConv,
+    ConvNeXtBlock,
+    DecoderBlock,
+    SnakeBeta,
+    StatefulModule,
+    Weights,
+)
+from tts_engine.model.codec_transformer import PreTransformer
+
+
+@dataclass
+class CodecState:
+    """Per-stream decoder context; row b belongs to stream slot b. Tensors only."""
+
+    tails: list[torch.Tensor]  # one [B, C, context] tensor per stateful conv, in decoder order
+    kv_k: torch.Tensor  # [layers, B, kv_heads, window-1, head_dim]
+    kv_v: torch.Tensor
+    positions: torch.Tensor  # [B] int64: frames decoded so far per row
+
+    def reset_(self, rows: torch.Tensor | slice | int) -> None:
+        """Zero the selected batch rows so their next step starts a fresh stream (slot reuse)."""
+        for tail in self.tails:
+            tail[rows] = 0
+        self.kv_k[:, rows] = 0
+        self.kv_v[:, rows] = 0
+        self.positions[rows] = 0
+
+
+class Dequantizer(nn.Module):
+    """codes [B, Q, T] -> [B, codebook_dim, T]: first codebook and the sum of the rest, each with its 1x1 projection."""
+
+    def __init__(self, get: Weights, cfg: CodecConfig) -> None:
+        super().__init__()
+        tables = []
+        for group, count in (("rvq_first", 1), ("rvq_rest", cfg.num_quantizers - 1)):
+            for i in range(count):
+                base = f"decoder.quantizer.{group}.vq.layers.{i}._codebook"
+                usage = get(f"{base}.cluster_usage").clamp(min=1e-5)
+                tables.append(get(f"{base}.embedding_sum") / usage[:, None])  # EMA sums -> code vectors
+        self.register_buffer("tables", torch.stack(tables))  # [Q, codebook_size, vq_dim]
+        self.register_buffer("proj_first", get("decoder.quantizer.rvq_first.output_proj.weight"))
+        self.register_buffer("proj_rest", get("decoder.quantizer.rvq_rest.output_proj.weight"))
+
+    def forward(self, codes: torch.Tensor) -> torch.Tensor:
+        first = F.embedding(codes[:, 0], self.tables[0]).transpose(1, 2)
+        rest = F.embedding(codes[:, 1], self.tables[1]).transpose(1, 2)
+        for q in range(2, codes.shape[1]):  # summed in codebook order, as the reference does
+            rest = rest + F.embedding(codes[:, q], self.tables[q]).transpose(1, 2)
+        return F.conv1d(first, self.proj_first) + F.conv1d(rest, self.proj_rest)
+
+
+class CodecDecoder(nn.Module):
+    def __init__(self, get: Weights, cfg: CodecConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.samples_per_frame = cfg.total_upsample
+        self.dequantizer = Dequantizer(get, cfg)
+        self.pre_conv = CausalConv(get, "decoder.pre_conv")
+        self.pre_transformer = PreTransformer(get, "decoder.pre_transformer", cfg)
+        self.upsample = nn.ModuleList()
+        for i, factor in enumerate(cfg.upsampling_ratios):
+            stage = nn.ModuleList(
+                [
+                    CausalTransposedConv(get, f"decoder.upsample.{i}.0", stride=factor),
+                    ConvNeXtBlock(get, f"decoder.upsample.{i}.1"),
+                ]
+            )
+            self.upsample.append(stage)
+        self.input_conv = CausalConv(get, "decoder.decoder.0")
+        self.blocks = nn.ModuleList(
+            DecoderBlock(get, f"decoder.decoder.{b + 1}", rate, RESIDUAL_DILATIONS)
+            for b, rate in enumerate(cfg.upsample_rates)
+        )
+        n = len(cfg.upsample_rates)
+        self.output_act = SnakeBeta(get, f"decoder.decoder.{n + 1}")
+        self.output_conv = CausalConv(get, f"decoder.decoder.{n + 2}")
+        self._stateful = [m for m in self.modules() if isinstance(m, StatefulModule) and m.tail_shape()[1] > 0]
+        for slot, module in enumerate(self._stateful):
+            module.slot = slot
+
+    # ---- loading ---------------------------------------------------------------------------------------------
+    @classmethod
+    def from_pretrained(cls, speech_tokenizer_dir: Path | str, device: torch.device | str = "cpu") -> CodecDecoder:
+        folder = Path(speech_tokenizer_dir)
+        if not folder.is_dir():
+            raise CheckpointError(f"{folder}: speech tokenizer folder not found (expected <model>/speech_tokenizer/)")
+        config_path = folder / "config.json"
+        try:
+            config = json.loads(config_path.read_text())
+        except FileNotFoundError:
+            raise CheckpointError(f"{config_path}: file missing") from None
+        except (OSError, json.JSONDecodeError) as exc:
+            raise CheckpointError(f"{config_path}: not readable JSON ({exc})") from None
+        cfg = CodecConfig.from_json(config, source=str(config_path))
+        weights_path = folder / "model.safetensors"
+        if not weights_path.is_file():
+            raise CheckpointError(f"{weights_path}: file missing")
+        expected = decoder_tensor_shapes(cfg)
+        tensors: dict[str, torch.Tensor] = {}
+        try:
+            with safe_open(str(weights_path), framework="pt", device="cpu") as handle:
+                present = set(handle.keys())
+                for name, shape in expected.items():
+                    if name not in present:
+                        raise CheckpointError(f"{weights_path}: tensor {name} missing (expected shape {list(shape)})")
+                    tensor = handle.get_tensor(name)
+                    if tuple(tensor.shape) != shape:
+                        raise CheckpointError(
+                            f"{weights_path}: tensor {name} has shape {list(tensor.shape)}, expected {list(shape)}"
+                        )
+                    tensors[name] = tensor.to(device=device, dtype=torch.float32)
+        except CheckpointError:
+            raise
+        except Exception as exc:  # a truncated or foreign file
+            raise CheckpointError(f"{weights_path}: not a readable safetensors file ({exc})") from None
+        with torch.no_grad():
+            model = cls(tensors.__getitem__, cfg)
+        return model.eval()
+
+    # ---- decoding --------------------------------------------------------------------------------------------
+    def new_state(self, batch: int) -> CodecState:
+        device = self.pre_conv.weight.device
+        tails = [torch.zeros(batch, *m.tail_shape(), device=device) for m in self._stateful]
+        kv_shape = self.pre_transformer.kv_shape(batch)
+        return CodecState(
+            tails=tails,
+            kv_k=torch.zeros(kv_shape, device=device),
+            kv_v=torch.zeros(kv_shape, device=device),
+            positions=torch.zeros(batch, dtype=torch.int64, device=device),
+        )
+
+    def _check_codes(self, codes: torch.Tensor) -> None:
+        if codes.dim() != 3 or codes.shape[1] != self.cfg.num_quantizers or codes.shape[2] < 1:
+            raise ValueError(
+                f"codes has shape {list(codes.shape)}; expected [batch, {self.cfg.num_quantizers}, frames>=1]"
+            )
+        if codes.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"codes has dtype {codes.dtype}; expected an integer (int64) tensor")
+
+    @torch.no_grad()
+    def forward(self, codes: torch.Tensor) -> torch.Tensor:
+        self._check_codes(codes)
+        top = int(codes.max())
+        if top >= self.cfg.codebook_size:
+            raise ValueError(f"codes contains {top}; valid codes are 0..{self.cfg.codebook_size - 1} (<0 = padding)")
+        return self.step(codes, self.new_state(codes.shape[0]))
+
+    @torch.no_grad()
+    def step(self, codes: torch.Tensor, state: CodecState) -> torch.Tensor:
+        self._check_codes(codes)
+        n = codes.shape[2]
+        latent = self.pre_conv(self.dequantizer(codes.long().clamp(0, self.cfg.codebook_size - 1)), state.tails)
+        hidden = self.pre_transformer(latent.transpose(1, 2), state.kv_k, state.kv_v, state.positions)
+        state.positions.add_(n)
+        x = hidden.transpose(1, 2)
+        for up, convnext in self.upsample:
+            x = convnext(up(x, state.tails), state.tails)
+        x = self.input_conv(x, state.tails)
+        for block in self.blocks:
+            x = block(x, state.tails)
+        wav = self.output_conv(self.output_act(x), state.tails)
+        return wav.clamp(-1.0, 1.0).squeeze(1)
+
+    # ---- intermediate outputs (parity tests) -----------------------------------------------------------------
+    @torch.no_grad()
+    def dequantize(self, codes: torch.Tensor) -> torch.Tensor:
+        """codes [B, 16, T] -> quantizer output [B, codebook_dim, T]."""
+        return self.dequantizer(codes.long().clamp(min=0))
+
+    @torch.no_grad()
+    def transformer_output(self, codes: torch.Tensor) -> torch.Tensor:
+        """codes [B, 16, T] -> pre-transformer output [B, T, latent_dim] of a single pass."""
+        state = self.new_state(codes.shape[0])
+        latent = self.pre_conv(self.dequantize(codes), state.tails)
+        return self.pre_transformer(latent.transpose(1, 2), state.kv_k, state.kv_v, state.positions)
