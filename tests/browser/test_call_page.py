@@ -179,3 +179,69 @@ def test_stats_table_shows_p50_p95_of_injected_events(page, live_server, tmp_pat
     page.click("#reset-stats")
     assert page.locator("#latency tr[data-series=response] td.n").inner_text() == "0"
     assert page.locator("#turn-log li").count() == 0
+
+
+def test_measurement_chain_on_scheduled_audio(page, live_server) -> None:
+    """Real Chromium audio through audio.js + level-worklet.js + stats.js: a synthetic user and agent, switched on
+    and off at exact AudioContext times, give the latencies that were scheduled (within the 10 ms windows)."""
+    page.goto(live_server.base_url + "/")
+    page.locator("#server-info").filter(has_text="LiveKit").wait_for()
+    result = page.evaluate(
+        """async () => {
+        const { LevelMeters } = await import('/audio.js');
+        const S = await import('/stats.js');
+        const meters = new LevelMeters();
+        await meters.start();
+        const ctx = meters.ctx;
+        const voice = (freq) => {
+          const osc = ctx.createOscillator();
+          osc.frequency.value = freq;
+          const gain = ctx.createGain();
+          gain.gain.value = 0;
+          const dest = ctx.createMediaStreamDestination();
+          osc.connect(gain).connect(dest);
+          osc.start();
+          return { gain: gain.gain, track: dest.stream.getAudioTracks()[0] };
+        };
+        const user = voice(300), agent = voice(520);
+        const vad = new S.EnergyVad({ hangoverMs: 200 });
+        const act = new S.AudioActivity();
+        const tr = new S.TurnLatencyTracker();
+        meters.watch(user.track, (db, t) => tr.handleUserEvent(vad.update(db, t)));
+        meters.watch(agent.track, (db, t) => tr.handleAgentEvent(act.update(db, t)));
+        const t0 = ctx.currentTime + 0.3;
+        user.gain.setValueAtTime(0.3, t0);              // the user talks for 600 ms
+        user.gain.setValueAtTime(0, t0 + 0.6);
+        agent.gain.setValueAtTime(0.3, t0 + 1.25);      // the agent answers 650 ms after the last sound
+        user.gain.setValueAtTime(0.3, t0 + 1.9);        // barge-in while the agent talks
+        agent.gain.setValueAtTime(0, t0 + 2.08);        // the agent goes quiet 180 ms later
+        user.gain.setValueAtTime(0, t0 + 2.3);
+        await new Promise((r) => setTimeout(r, 3000));
+        return tr.summary();
+    }"""
+    )
+    print({k: v["last"] for k, v in result.items() if isinstance(v, dict)})
+    assert result["response"]["n"] == 1 and result["bargeIn"]["n"] == 1, result
+    assert result["response"]["last"] == pytest.approx(450, abs=25), result
+    assert result["turnGap"]["last"] == pytest.approx(650, abs=25), result
+    assert result["bargeIn"]["last"] == pytest.approx(180, abs=25), result
+
+
+def test_transcript_lines_update_in_place_per_segment(page, live_server) -> None:
+    page.goto(live_server.base_url + "/")
+    page.locator("#server-info").filter(has_text="LiveKit").wait_for()
+    page.evaluate(
+        """async () => {
+        const { showTranscriptChunk } = await import('/view.js');
+        showTranscriptChunk('SG_1', 'you', 'What is the', false);
+        showTranscriptChunk('SG_1', 'you', 'What is the weather?', true);
+        showTranscriptChunk('SG_2', 'agent', 'It is', false);
+        showTranscriptChunk('SG_2', 'agent', 'It is <b>sunny</b>.', false);
+    }"""
+    )
+    lines = page.locator("#transcript p.line")
+    assert page.locator("#transcript p.line .who").all_inner_texts() == ["You", "Agent"]
+    # updated in place, and inserted as text, never as HTML
+    assert page.locator("#transcript p.line .text").all_inner_texts() == ["What is the weather?", "It is <b>sunny</b>."]
+    assert lines.nth(0).get_attribute("class") == "line you"
+    assert lines.nth(1).get_attribute("class") == "line agent partial"
