@@ -45,7 +45,8 @@ class PreTransformer(nn.Module):
         self.register_buffer("out_b", get(f"{prefix}.output_proj.bias"))
         self.register_buffer("norm_w", get(f"{prefix}.norm.weight"))
         exponent = torch.arange(0, cfg.head_dim, 2, dtype=torch.int64).float() / cfg.head_dim
-        self.register_buffer("inv_freq", 1.0 / (cfg.rope_theta**exponent))
+        # computed on the CPU like the reference, then moved next to the weights (was left on the CPU)
+        self.register_buffer("inv_freq", (1.0 / (cfg.rope_theta**exponent)).to(self.in_w.device))
         names = {
             "ln1": "input_layernorm.weight",
             "ln2": "post_attention_layernorm.weight",
