@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from tests.parity.official_ref import load_official
+from tts_engine.model.factory import write_talker_weights
 from tts_engine.model.loader import LoadedModel, load_model
 from tts_engine.runtime.codegen import SamplingParams, generate_codes
 
@@ -130,20 +131,26 @@ def test_logits_within_fp32_rounding(official: Any, ours: LoadedModel) -> None:
             torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
 
 
-def test_instruct_prompt_on_1b7_layout(tiny_checkpoint: Path, tmp_path: Path) -> None:
-    """A 1.7B-style config (tts_model_size 1b7) prepends the instruction; codes must still match exactly."""
+def test_1b7_structure_projection_and_instruct(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    """A 1.7B-shaped tiny model: talker hidden (96) != predictor hidden (64), so `small_to_mtp_projection` exists
+    and the predictor embeddings have talker width; tts_model_size "1b7" prepends the instruction."""
     model_dir = tmp_path / "tiny_1b7"
     shutil.copytree(tiny_checkpoint, model_dir)
     cfg = json.loads((model_dir / "config.json").read_text())
     cfg["tts_model_size"] = "1b7"
+    cfg["talker_config"]["hidden_size"] = 96
+    cfg["speaker_encoder_config"]["enc_dim"] = 96
     (model_dir / "config.json").write_text(json.dumps(cfg, indent=2))
+    write_talker_weights(cfg, model_dir / "model.safetensors", torch.float32, seed=3, progress=False)
     tts = load_official(model_dir)
     model = load_model(model_dir, device="cpu", dtype="float32")
+    assert isinstance(model.predictor.small_to_mtp_projection, torch.nn.Linear)
     instruct = "Speak slowly and warmly."
     ref = _official_codes(tts, "hello world", "serena", "English", 1.05, FRAMES, instruct=instruct)
     got = generate_codes(model, "hello world", "serena", "english", SamplingParams.greedy(1.05), max_frames=FRAMES,
                          instruct=instruct)
     plain = generate_codes(model, "hello world", "serena", "english", SamplingParams.greedy(1.05), max_frames=FRAMES)
-    print(f"\n[parity] instruct (1b7 layout): {got.shape[0]} frames compared")
+    print(f"\n[parity] 1.7B structure (projection 96->64) with instruct: {got.shape[0]} frames compared")
+    assert ref.shape == (FRAMES, 16)
     assert torch.equal(got, ref)
     assert not torch.equal(got, plain), "the instruction had no effect on the 1b7 layout"

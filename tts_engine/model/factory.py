@@ -120,7 +120,9 @@ def _random_tensor(name: str, shape: tuple[int, ...], gen: torch.Generator) -> t
     return torch.randn(shape, generator=gen) * 0.02
 
 
-def _write_weights(cfg_dict: dict[str, Any], path: Path, dtype: torch.dtype, seed: int, progress: bool) -> int:
+def write_talker_weights(cfg_dict: dict[str, Any], path: Path, dtype: torch.dtype, seed: int,
+                         progress: bool = False) -> int:
+    """Random talker weights for a root config dict (shapes from our module tree) into `path`."""
     from safetensors.torch import save_file
 
     from tts_engine.model.config import ModelConfig
@@ -228,7 +230,7 @@ def make_checkpoint(preset: str, out_dir: str | Path, seed: int = 0, progress: b
         (out / name).write_text(json.dumps(content, indent=2) + "\n")
     write_tokenizer(out)
     dtype = torch.float32 if preset == "tiny" else torch.bfloat16
-    _write_weights(config, out / "model.safetensors", dtype, seed, progress)
+    write_talker_weights(config, out / "model.safetensors", dtype, seed, progress)
     if progress:
         print("  writing speech_tokenizer/ ...", file=sys.stderr, flush=True)
     write_codec_checkpoint(out / "speech_tokenizer", preset, seed)
