@@ -341,11 +341,11 @@ class Scheduler:
             metrics.status = "error"
             metrics.error = str(error) if error is not None else reason
             self.counters.add("streams_failed")
-        channel.finish(error)
-        try:
+        try:  # bookkeeping first (slot reservation, code dump, listeners), so it is done when the consumer sees the end
             self._on_stream_end(channel)
         except Exception:  # noqa: BLE001 - bookkeeping must not kill the worker
             log.exception("on_stream_end failed")
+        channel.finish(error)
 
     def _safe_release(self, slot: int) -> None:
         try:
