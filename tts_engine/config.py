@@ -38,6 +38,13 @@ KNOWN_TTS_VARIABLES = (
     # read by the agent, not the engine, but legitimately TTS_-prefixed
     "TTS_FRAME_MS",
     "TTS_ENGINE_URL",
+    # read by `python -m tts_engine serve` and the launch scripts (scripts/run_tts_server.sh, start_all.sh)
+    "TTS_HOST",
+    "TTS_PORT",
+    "TTS_STANDALONE",
+    "TTS_CMD",
+    "TTS_HEALTH_URL",
+    "TTS_START_TIMEOUT",
 )
 
 

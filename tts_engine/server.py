@@ -353,8 +353,8 @@ async def start_server(engine: Any, host: str = "127.0.0.1", port: int = 0) -> t
 # ---- CLI ----------------------------------------------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="checkpoint directory (TTS_DEEP_STREAM_MODEL_DIR)")
-    parser.add_argument("--host", default="0.0.0.0")
-    parser.add_argument("--port", type=int, default=9000)
+    parser.add_argument("--host", help="bind address (TTS_HOST, default 0.0.0.0)")
+    parser.add_argument("--port", type=int, help="TCP port (TTS_PORT, default 9000)")
     parser.add_argument("--device", help="auto | cpu | cuda | cuda:N (TTS_DEEP_STREAM_DEVICE)")
     parser.add_argument("--dtype", choices=("auto", "bfloat16", "float16", "float32"))
     parser.add_argument("--packet-frames", type=int, help="frames per packet (TTS_DEEP_STREAM_PACKET_TOKENS)")
@@ -401,7 +401,7 @@ def warn_unknown_variables() -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from tts_engine.engine import Engine
-    from tts_engine.env import load_dotenv
+    from tts_engine.env import Env, load_dotenv
     from tts_engine.errors import CheckpointError, ConfigError
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -409,16 +409,19 @@ def run(args: argparse.Namespace) -> int:
         load_dotenv(args.env_file)
         warn_unknown_variables()
         config = config_from_args(args)
+        env = Env()
+        host = args.host or env.str("TTS_HOST", "0.0.0.0")
+        port = args.port if args.port is not None else env.int("TTS_PORT", 9000, lo=0, hi=65535)
         log.info("loading %s on %s", config.model_dir, config.device)
         engine = Engine.load(config.model_dir or None, config)
     except (ConfigError, CheckpointError) as exc:
         log.error("%s", exc)
         return 2
-    log.info("engine ready (warm-up %.2f s); serving on http://%s:%d", engine.warmup_s or 0.0, args.host, args.port)
+    log.info("engine ready on %s (warm-up %.2f s)", engine.device, engine.warmup_s or 0.0)
 
     async def serve() -> None:
-        runner, port, _ = await start_server(engine, args.host, args.port)
-        log.info("listening on %s:%d", args.host, port)
+        runner, bound, _ = await start_server(engine, host, port)
+        log.info("listening on http://%s:%d (POST /tts/stream, /synthesize; GET /healthz, /metrics)", host, bound)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -433,6 +436,9 @@ def run(args: argparse.Namespace) -> int:
         asyncio.run(serve())
     except KeyboardInterrupt:
         pass
+    except OSError as exc:  # port taken / address not available: a restart would not help
+        log.error("cannot listen on %s:%d: %s", host, port, exc)
+        return 2
     finally:
         engine.close()
     return 0
