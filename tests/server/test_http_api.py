@@ -127,3 +127,26 @@ async def test_too_many_streams_is_a_503_with_retry_after(serve) -> None:
             assert "busy" in (await second.json())["error"]
         async with srv.session.post(f"{srv.base}/synthesize", json=body) as third:
             assert third.status == 503
+
+
+async def test_oversized_body_is_413_and_engine_faults_are_500(serve) -> None:
+    srv = await serve()
+    huge = b'{"text": "' + b"a" * (1 << 20) + b'", "speaker": "serena"}'
+    async with srv.session.post(f"{srv.base}/tts/stream", data=huge) as resp:
+        assert resp.status == 413 and (await resp.json())["field"] == "body"
+
+    original = srv.engine.codegen.step
+
+    def broken(n_rows: int):  # noqa: ANN202
+        raise RuntimeError("injected device fault")
+
+    srv.engine.codegen.step = broken
+    try:
+        async with srv.session.post(f"{srv.base}/tts/stream", json={"text": TEXT, "speaker": "serena"}) as resp:
+            assert resp.status == 500 and "injected device fault" in (await resp.json())["error"]
+    finally:
+        srv.engine.codegen.step = original
+    async with srv.session.post(
+        f"{srv.base}/tts/stream", json={"text": TEXT, "speaker": "serena", "max_frames": 2}
+    ) as r:
+        assert r.status == 200 and len(await r.read()) == 2 * 1920 * 2
