@@ -9,6 +9,7 @@ A missing or unreadable file raises `CheckpointError` naming it.
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 
 from tts_engine.errors import CheckpointError
@@ -34,7 +35,9 @@ class TextTokenizer:
         level = tf_logger.level
         tf_logger.setLevel(logging.ERROR)
         try:
-            backend = AutoTokenizer.from_pretrained(str(model_dir))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)  # tokenizers' BPE-from-files notice
+                backend = AutoTokenizer.from_pretrained(str(model_dir))
         except Exception as exc:  # any parse failure is a broken checkpoint
             raise CheckpointError(f"{model_dir}: cannot load the text tokenizer ({type(exc).__name__}: {exc})") from exc
         finally:
