@@ -66,7 +66,7 @@ svc_switch() {
 svc_cmd() {
   case $1 in
     llm) echo "${LLM_CMD:-bash scripts/run_llm_server.sh}" ;;
-    tts) echo "${TTS_CMD:-bash scripts/run_tts_server.sh}" ;;
+    tts) echo "${TTS_CMD:-bash scripts/run_tts_server.sh --pid-file $RUN_DIR/tts_server.pid}" ;;
     token)
       local dev=""; [ "${TOKEN_DEV:-0}" = 1 ] && dev=" --dev"
       # host and port come from TOKEN_SERVER_HOST / TOKEN_SERVER_PORT (the token server reads them itself)

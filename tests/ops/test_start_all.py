@@ -3,7 +3,8 @@
 What runs (all real processes, real HTTP, ephemeral ports):
 - llm:   `LLM_LOCAL=1` with LLM_CMD = `python -m agent.fake_openai` (the OpenAI-compatible fake that stands in
          for vLLM; the real scripts/run_llm_server.sh needs a GPU and weights);
-- tts:   `TTS_STANDALONE=1`, `python -m tts_engine serve` on the tiny random-weight checkpoint;
+- tts:   `TTS_STANDALONE=1`: scripts/run_tts_server.sh (its restart loop runs `python -m tts_engine serve`)
+         on the tiny random-weight checkpoint;
 - token: `python -m token_server --dev`;
 - agent: `python -m agent start`, the real LiveKit worker. No LiveKit server can exist here, so LIVEKIT_URL
          points at a closed loopback port: the worker keeps retrying to register, and its own health server
@@ -110,7 +111,7 @@ def test_start_status_stop_leaves_no_process(ops_env: dict[str, str], tiny_check
             TTS_PORT=str(tts_port),
             TTS_DEEP_STREAM_MODEL_DIR=str(tiny_checkpoint),
             TTS_DEEP_STREAM_DEVICE="cpu",
-            TTS_CMD=f"{sys.executable} -m tts_engine serve --host 127.0.0.1 --port {tts_port}",
+            TTS_HOST="127.0.0.1",  # the default TTS_CMD: scripts/run_tts_server.sh (its restart loop + server)
             TTS_START_TIMEOUT="120",
         )
         expected.insert(1, "tts")
