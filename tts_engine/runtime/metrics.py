@@ -5,21 +5,25 @@
   wall time of the batched frame steps this stream took part in (a batched step is charged in full
   to every stream in it, because each of them waited for all of it); glue_wall_ms is the rest of the
   stream's wall time (queueing, admission/prefill, host copies, packetizing, hand-off).
-- `EngineCounters`: monotonically increasing totals, safe to read from any thread.
+- `EngineCounters`: monotonically increasing totals, safe to read from any thread, plus TTFA / RTF
+  percentiles (P50/P95) over the last 256 completed streams.
 - `StepTimer`: on CUDA it times with events (no extra host syncs: the worker syncs once per step
   anyway to hand PCM out); on CPU with perf_counter.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
+from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 
 SAMPLE_RATE = 24_000
+RECENT_STREAMS = 256  # completed streams kept for the TTFA / RTF percentiles in stats()
 
 
 @dataclass
@@ -118,6 +122,8 @@ class EngineCounters:
         self._values = dict.fromkeys(self.NAMES, 0)
         self.codegen_wall_ms_total = 0.0
         self.decode_wall_ms_total = 0.0
+        self._recent_ttfa: deque[float] = deque(maxlen=RECENT_STREAMS)
+        self._recent_rtf: deque[float] = deque(maxlen=RECENT_STREAMS)
 
     def add(self, name: str, amount: int = 1) -> None:
         with self._lock:
@@ -130,26 +136,52 @@ class EngineCounters:
             self.codegen_wall_ms_total += codegen_ms
             self.decode_wall_ms_total += decode_ms
 
+    def observe_stream(self, metrics: StreamMetrics) -> None:
+        """Remember TTFA / RTF of a completed stream (the last RECENT_STREAMS) for percentiles in stats()."""
+        if metrics.status != "completed":
+            return
+        with self._lock:
+            if metrics.ttfa_ms is not None:
+                self._recent_ttfa.append(metrics.ttfa_ms)
+            if metrics.rtf is not None:
+                self._recent_rtf.append(metrics.rtf)
+
     def snapshot(self) -> dict[str, float]:
         with self._lock:
             out: dict[str, float] = dict(self._values)
             out["codegen_wall_ms_total"] = round(self.codegen_wall_ms_total, 3)
             out["decode_wall_ms_total"] = round(self.decode_wall_ms_total, 3)
+            ttfa, rtf = sorted(self._recent_ttfa), sorted(self._recent_rtf)
         out["audio_seconds_emitted"] = round(out["samples_emitted"] / SAMPLE_RATE, 3)
+        out["recent_streams"] = len(ttfa)
+        for name, values, digits in (("ttfa_ms", ttfa, 2), ("rtf", rtf, 4)):
+            out[f"recent_{name}_p50"] = _percentile(values, 50, digits)
+            out[f"recent_{name}_p95"] = _percentile(values, 95, digits)
         return out
+
+
+def _percentile(ordered: list[float], q: float, digits: int) -> float | None:
+    """Nearest-rank percentile of an ascending list (None when empty)."""
+    if not ordered:
+        return None
+    rank = max(0, min(len(ordered) - 1, math.ceil(q / 100.0 * len(ordered)) - 1))
+    return round(ordered[rank], digits)
 
 
 class StepTimer:
     """Times the codegen and decode parts of one batched frame step without adding host syncs."""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, enabled: bool = True) -> None:
+        self.enabled = enabled  # TTS_DEEP_STREAM_METRICS=0: no timing at all (reports 0 ms)
         self.cuda = device.type == "cuda"
-        if self.cuda:
+        if self.cuda and enabled:
             self._events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
         self._t: list[float] = [0.0, 0.0, 0.0]
 
     def mark(self, index: int) -> None:
         """0 = before codegen, 1 = after codegen / before decode, 2 = after decode."""
+        if not self.enabled:
+            return
         if self.cuda:
             self._events[index].record()
         else:
@@ -157,6 +189,8 @@ class StepTimer:
 
     def elapsed_ms(self) -> tuple[float, float]:
         """(codegen_ms, decode_ms); call only after the host has synchronised with the step's output."""
+        if not self.enabled:
+            return 0.0, 0.0
         if self.cuda:
             return self._events[0].elapsed_time(self._events[1]), self._events[1].elapsed_time(self._events[2])
         return (self._t[1] - self._t[0]) * 1000.0, (self._t[2] - self._t[1]) * 1000.0
