@@ -1,17 +1,29 @@
-"""`python -m agent <command>`: preflight (what is missing to run the stack)."""
+"""`python -m agent <command>`.
+
+- `preflight`: what is missing to run the stack (weights, LiveKit, vLLM).
+- `dev` / `start` (and the other LiveKit CLI commands, e.g. `download-files`): the LiveKit worker
+  (agent/worker.py) through `livekit.agents.cli`, so LiveKit's conventions and flags apply
+  (`dev` = development mode with reload off; `start` = production).
+- `simulate --turns N [--barge-in] --out DIR`: a complete call without a LiveKit server (agent/simulate.py).
+"""
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from tts_engine.env import load_dotenv
 from tts_engine.errors import ConfigError
 
+WORKER_COMMANDS = ("dev", "start", "connect", "download-files", "console")
+USAGE = "usage: python -m agent {preflight|dev|start|simulate} [options]  (python -m agent COMMAND --help)"
+
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     load_dotenv()
-    if argv[:1] == ["preflight"]:
+    command = argv[0] if argv else ""
+    if command == "preflight":
         from agent.config import AgentConfig
         from agent.preflight import report, run_checks
         from tts_engine.config import EngineConfig
@@ -23,7 +35,26 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print("preflight:")
         return 0 if report(run_checks(agent_cfg, engine_cfg)) else 1
-    print("usage: python -m agent preflight", file=sys.stderr)
+    if command == "simulate":
+        from agent import simulate
+
+        parser = argparse.ArgumentParser(prog="python -m agent simulate", description=simulate.__doc__.splitlines()[0])
+        simulate.add_arguments(parser)
+        args = parser.parse_args(argv[1:])
+        try:
+            return simulate.run(args)
+        except ConfigError as exc:
+            print(f"configuration error: {exc}", file=sys.stderr)
+            return 2
+    if command in WORKER_COMMANDS:
+        from agent import worker
+
+        try:
+            return worker.run_cli(argv)
+        except ConfigError as exc:
+            print(f"configuration error: {exc}", file=sys.stderr)
+            return 2
+    print(USAGE, file=sys.stderr)
     return 2
 
 

@@ -92,6 +92,8 @@ class DuplexController:
         self.interruptions: list[tuple[Reply, Interruption]] = []
         self._replies: dict[str, Reply] = {}
         self._by_key: dict[str, Reply] = {}
+        self._stt_seq = 0
+        self._pending_stt: dict[int, float] = {}
 
     # -- state machine -----------------------------------------------------------------------
     def transition(self, new: State, reason: str) -> bool:
@@ -121,9 +123,22 @@ class DuplexController:
 
     def on_user_turn_ended(self, t: float | None = None) -> TurnTrace:
         turn = self.collector.open_turn(t)
+        pending = self._pending_stt.pop(turn.index, None)
+        if pending is not None:
+            turn.mark("stt_request", pending)
         if self.state in (State.LISTENING, State.INTERRUPTING):
             self.transition(State.THINKING, "user turn ended")
         return turn
+
+    def on_stt_request(self, t: float) -> None:
+        """The n-th utterance handed to STT belongs to the n-th user turn. The STT adapter calls STT right
+        after emitting END_OF_SPEECH, often before that event reaches us, so the turn may not exist yet."""
+        self._stt_seq += 1
+        cur = self.collector.current
+        if cur is not None and cur.index == self._stt_seq:
+            cur.mark("stt_request", t)
+        else:
+            self._pending_stt[self._stt_seq] = t
 
     def on_transcript(self, text: str) -> None:
         cur = self.collector.current

@@ -59,12 +59,16 @@ class TTSBackend(Protocol):
 
 
 class LocalBackend:
-    """The process's embedded engine. `engine` is a `tts_engine.Engine`."""
+    """The process's embedded engine. `engine` is a `tts_engine.Engine`.
 
-    def __init__(self, engine: Any, capacity: int) -> None:
+    `max_frames_per_segment` caps each segment's codec frames (80 ms each). Only for simulations on
+    random-weight checkpoints, which rarely emit EOS and would otherwise speak to the runaway cap."""
+
+    def __init__(self, engine: Any, capacity: int | None = None, *, max_frames_per_segment: int | None = None) -> None:
         self.engine = engine
-        self._capacity = max(1, capacity)
+        self._capacity = max(1, capacity if capacity is not None else int(engine.capacity()))
         self._active = 0
+        self.max_frames_per_segment = max_frames_per_segment
 
     @property
     def capacity(self) -> int:
@@ -77,7 +81,8 @@ class LocalBackend:
     async def stream(self, text: str, *, speaker: str, language: str) -> AsyncIterator[PacketLike]:
         self._active += 1
         try:
-            packets = self.engine.stream(text, speaker=speaker, language=language)
+            options = {"max_frames": self.max_frames_per_segment} if self.max_frames_per_segment else {}
+            packets = self.engine.stream(text, speaker=speaker, language=language, **options)
             try:
                 async for packet in packets:
                     yield packet

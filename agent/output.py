@@ -80,6 +80,17 @@ class RtcAudioOutput(io.AudioOutput):
         self._resumed = asyncio.Event()
         self._resumed.set()
 
+    async def warmup(self) -> None:
+        """Exercise the FFI capture path once on a private source (never published): the first capture in
+        a process costs ~10 ms of one-time setup, which must not land on the first reply."""
+        scratch = rtc.AudioSource(self.source.sample_rate, 1, queue_size_ms=100)
+        try:
+            spf = self.source.sample_rate // 50
+            await scratch.capture_frame(rtc.AudioFrame(bytes(spf * 2), self.source.sample_rate, 1, spf))
+            scratch.clear_queue()
+        finally:
+            await scratch.aclose()
+
     # -- DuplexController side ---------------------------------------------------------------
     def silence(self, reply_id: str) -> float:
         self._silenced.add(reply_id)

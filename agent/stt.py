@@ -98,6 +98,9 @@ class OmniSTT(stt.STT):
         language: NotGivenOr[str] = NOT_GIVEN,
         conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS,
     ) -> stt.SpeechEvent:
+        # once per utterance (retries do not move the trace point)
+        if self.observer.on_request is not None:
+            self.observer.on_request(time.perf_counter())
         try:
             return await super().recognize(buffer, language=language, conn_options=conn_options)
         except Exception as exc:
@@ -125,8 +128,6 @@ class OmniSTT(stt.STT):
                 ],
             }
         ]
-        if self.observer.on_request is not None:
-            self.observer.on_request(time.perf_counter())
         try:
             resp = await self._client.chat.completions.create(
                 model=self._model,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any
@@ -68,6 +69,33 @@ def _current_speech_id(agent: Agent) -> str | None:
     return handle.id if handle is not None else None
 
 
+GIL_SWITCH_INTERVAL_S = 0.0005
+
+
+def tune_runtime(switch_interval_s: float = GIL_SWITCH_INTERVAL_S) -> None:
+    """Process-wide latency settings; call once after the heavy imports/loads (worker prewarm, simulator).
+
+    - GIL switch interval 0.5 ms (CPython's default is 5 ms): the engine's worker thread runs Python
+      between kernels, and every loop hop between "packet ready" and "frame captured" could otherwise
+      wait up to 5 ms for the GIL.
+    - `gc.freeze()`: moves everything allocated so far (torch, models, livekit) out of the collector's
+      reach. Measured on the simulator: full (gen 2) collections over that heap paused the event loop
+      for 100-370 ms, the only source of >20 ms outliers in tts_first->publish.
+    """
+    import gc
+    import sys
+
+    sys.setswitchinterval(switch_interval_s)
+    gc.collect()
+    gc.freeze()
+
+
+def _event_time(ev: stt.SpeechEvent) -> float:
+    """perf_counter time at which the STT adapter created `ev` (its `created_at` is wall-clock)."""
+    now_perf, now_wall = time.perf_counter(), time.time()
+    return now_perf - min(max(0.0, now_wall - ev.created_at), 1.0)
+
+
 class VoiceAgent(Agent):
     def __init__(self, call: Call) -> None:
         super().__init__(instructions=call.cfg.agent_instructions)
@@ -80,9 +108,9 @@ class VoiceAgent(Agent):
         async for ev in Agent.default.stt_node(self, audio, model_settings):
             if isinstance(ev, stt.SpeechEvent):
                 if ev.type == stt.SpeechEventType.START_OF_SPEECH:
-                    controller.on_user_speech_started()
+                    controller.on_user_speech_started(_event_time(ev))
                 elif ev.type == stt.SpeechEventType.END_OF_SPEECH:
-                    controller.on_user_turn_ended()
+                    controller.on_user_turn_ended(_event_time(ev))
                 elif ev.type == stt.SpeechEventType.FINAL_TRANSCRIPT:
                     controller.on_transcript(ev.alternatives[0].text if ev.alternatives else "")
             yield ev
@@ -221,7 +249,7 @@ class Call:
             fut.add_done_callback(on_interrupt)
 
     def _stt_request(self, t: float) -> None:
-        self.collector.mark("stt_request", t)
+        self.controller.on_stt_request(t)
 
     def _stt_failed(self, exc: Exception) -> None:
         turn = self.collector.current
@@ -263,6 +291,7 @@ class Call:
         if audio_input is not None:
             self.session.input.audio = audio_input
         self.session.output.audio = self.output
+        await self.output.warmup()
         if room is not None:
             from livekit.agents.voice import room_io
 
