@@ -196,7 +196,8 @@ class DuplexController:
         if interrupted and reply.interruption is None:
             self.interrupt(source="clear_buffer", reply=reply)
         if reply.interruption is None and reply.turn is not None:
-            reply.turn.outcome = "answered"
+            if reply.turn.outcome == "open":
+                reply.turn.outcome = "answered"
             self.collector.finish(reply.turn)
         if self.reply is reply:
             self.reply = None

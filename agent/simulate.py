@@ -157,6 +157,10 @@ class SimOptions:
     speech_cache: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "agent-sim-speech")
     config: AgentConfig | None = None  # None: AgentConfig.from_env() with the endpoints replaced
     script_faults: dict[str, Any] = field(default_factory=dict)  # e.g. {"llm_fault": "500"} (stress tests)
+    # called before each user turn (0-based index) with the fake server: change faults/latencies mid-call
+    on_turn_start: Callable[[int, FakeOpenAIServer], None] | None = None
+    stt_base_url: str | None = None  # override (e.g. a dead port) instead of the fake server
+    llm_base_url: str | None = None
 
 
 @dataclass
@@ -219,7 +223,11 @@ async def run_call(opts: SimOptions, *, backend: TTSBackend, vad: Any) -> CallRe
     t_start = time.perf_counter()
     async with FakeOpenAIServer(script) as server:
         base = opts.config or AgentConfig.from_env()
-        cfg = dataclasses.replace(base, stt_base_url=server.base_url, llm_base_url=server.base_url)
+        cfg = dataclasses.replace(
+            base,
+            stt_base_url=opts.stt_base_url or server.base_url,
+            llm_base_url=opts.llm_base_url or server.base_url,
+        )
         call = Call(cfg, vad=vad, backend=backend, session_id=f"sim-{uuid.uuid4().hex[:6]}",
                     traces_dir=None, frame_observer=frames.append, aec_warmup_s=0.0)
         mic = WavMicrophone()
@@ -235,6 +243,8 @@ async def run_call(opts: SimOptions, *, backend: TTSBackend, vad: Any) -> CallRe
                     except TimeoutError as exc:
                         errors.append(f"turn {i + 1}: {exc}")
                     await asyncio.sleep(opts.gap_s)
+                if opts.on_turn_start is not None:
+                    opts.on_turn_start(i, server)
                 await mic.play(speech[lines[i]])
                 try:
                     await _until(lambda n=i + 1: call.collector._count >= n, opts.turn_timeout_s,

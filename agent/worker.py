@@ -1,0 +1,125 @@
+"""The LiveKit worker: `python -m agent dev|start` (LiveKit's CLI conventions through `livekit.agents.cli`).
+
+- Executor: THREAD by default (`AGENT_JOB_EXECUTOR`), so every call in this process shares the one engine
+  (one model copy per GPU, batching across calls). Under THREAD each job thread runs `prewarm` on its own
+  `JobProcess`, so the engine is a module-level singleton behind a lock; the VAD (cheap, per event loop) is
+  loaded per prewarm.
+- `prewarm` loads Silero VAD and the engine (weights, CUDA graphs, warm-up), then tunes the runtime
+  (GIL switch interval, gc.freeze; agent/voice.py says why). `initialize_process_timeout` is raised to
+  `AGENT_INIT_TIMEOUT_S` (600 s) because a model load takes far longer than LiveKit's 10 s default.
+- `load_fnc`: max(active calls / `AGENT_MAX_SESSIONS`, active engine streams / engine capacity), so
+  LiveKit's dispatcher stops sending rooms to a machine whose TTS is full (`AGENT_LOAD_THRESHOLD`).
+- Remote engine: with `TTS_ENGINE_URL` set, no model is loaded here; synthesis goes over HTTP to
+  `python -m tts_engine serve` (for deployments that put TTS on its own GPU).
+- Each job: connect (audio only), build `agent.voice.Call` with our audio output publishing its own
+  track, start the AgentSession on the room, write traces to `TRACES_DIR`.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from typing import Any
+
+from livekit.agents import AutoSubscribe, JobContext, JobExecutorType, JobProcess, WorkerOptions, cli
+
+# LiveKit plugins must be registered on the main thread: import them (and everything that imports them)
+# here, at module import, never first inside prewarm/entrypoint (which run on job threads).
+from livekit.plugins import silero
+
+from agent.config import AgentConfig
+from agent.engine_client import LocalBackend, RemoteBackend, TTSBackend
+from agent.voice import Call, tune_runtime
+
+logger = logging.getLogger("agent.worker")
+
+_lock = threading.Lock()
+_backend: TTSBackend | None = None
+_engine: Any = None
+_active_calls = 0
+_tuned = False
+
+
+def get_backend(cfg: AgentConfig) -> TTSBackend:
+    """The process-wide TTS backend (loads the engine on first use; thread-safe)."""
+    global _backend, _engine
+    with _lock:
+        if _backend is None:
+            if cfg.tts_engine_url:
+                _backend = RemoteBackend(cfg.tts_engine_url, capacity=cfg.max_sessions)
+                logger.info("TTS: remote engine at %s", cfg.tts_engine_url)
+            else:
+                from tts_engine import Engine, EngineConfig
+
+                engine_cfg = EngineConfig.from_env()
+                _engine = Engine.load(engine_cfg.model_dir, engine_cfg)
+                _backend = LocalBackend(_engine)
+                logger.info("TTS: engine loaded from %s (capacity %d)", engine_cfg.model_dir, _backend.capacity)
+        return _backend
+
+
+def prewarm(proc: JobProcess) -> None:
+    global _tuned
+    cfg = AgentConfig.from_env()
+    proc.userdata["vad"] = silero.VAD.load(min_silence_duration=cfg.vad_silence_ms / 1000.0, sample_rate=16_000)
+    proc.userdata["backend"] = get_backend(cfg)
+    with _lock:
+        if not _tuned:
+            tune_runtime()
+            _tuned = True
+
+
+def current_load() -> float:
+    cfg = AgentConfig.from_env()
+    calls = _active_calls / cfg.max_sessions
+    backend = _backend
+    streams = backend.active_streams / backend.capacity if backend is not None else 0.0
+    return min(1.0, max(calls, streams))
+
+
+async def entrypoint(ctx: JobContext) -> None:
+    global _active_calls
+    cfg = AgentConfig.from_env()
+    vad = ctx.proc.userdata.get("vad")
+    backend = ctx.proc.userdata.get("backend") or get_backend(cfg)
+    if vad is None:
+        vad = silero.VAD.load(min_silence_duration=cfg.vad_silence_ms / 1000.0, sample_rate=16_000)
+    await ctx.connect(auto_subscribe=AutoSubscribe.AUDIO_ONLY)
+    call = Call(cfg, vad=vad, backend=backend, session_id=f"{ctx.room.name}-{ctx.job.id[-6:]}")
+    with _lock:
+        _active_calls += 1
+
+    async def on_shutdown() -> None:
+        global _active_calls
+        with _lock:
+            _active_calls -= 1
+        call.controller.close()
+
+    ctx.add_shutdown_callback(on_shutdown)
+    await call.start(room=ctx.room)
+    logger.info("call %s started in room %s", call.session_id, ctx.room.name)
+
+
+def build_options(cfg: AgentConfig) -> WorkerOptions:
+    return WorkerOptions(
+        entrypoint_fnc=entrypoint,
+        prewarm_fnc=prewarm,
+        load_fnc=current_load,
+        load_threshold=cfg.load_threshold,
+        job_executor_type=JobExecutorType.THREAD if cfg.job_executor == "thread" else JobExecutorType.PROCESS,
+        num_idle_processes=cfg.num_idle_processes,
+        initialize_process_timeout=cfg.init_timeout_s,
+        agent_name=cfg.agent_name,
+        ws_url=cfg.livekit_url or None,
+        api_key=cfg.livekit_api_key or None,
+        api_secret=cfg.livekit_api_secret or None,
+    )
+
+
+def run_cli(argv: list[str]) -> int:
+    """Hand `argv` (e.g. ["dev"] or ["start", "--log-level", "info"]) to LiveKit's CLI."""
+    cfg = AgentConfig.from_env()
+    sys.argv = ["agent", *argv]
+    cli.run_app(build_options(cfg))
+    return 0

@@ -1,0 +1,77 @@
+"""The vLLM LLM through livekit-plugins-openai against the fake server: thinking off, token cap,
+temperature, history, and continuation of a capped answer with continue_final_message."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from livekit.agents import APIConnectOptions, llm
+
+from agent.config import AgentConfig
+from agent.fake_openai import FakeOpenAIServer, Script
+from agent.llm import build_llm, stream_with_continuation
+
+REPLY = "one two three four five six seven eight nine ten."
+
+
+def config(base_url: str, **kw: object) -> AgentConfig:
+    return dataclasses.replace(AgentConfig.from_env({}), llm_base_url=base_url, llm_model="omni", **kw)
+
+
+async def collect(cfg: AgentConfig, ctx: llm.ChatContext, *, continuation: bool) -> str:
+    main = build_llm(cfg)
+    cont = build_llm(cfg, continuation=True) if continuation else None
+    text = ""
+    async for chunk in stream_with_continuation(
+        main, cont, chat_ctx=ctx, tools=[], conn_options=APIConnectOptions(max_retry=0, timeout=5),
+        max_tokens=cfg.llm_max_tokens,
+    ):
+        if chunk.delta and chunk.delta.content:
+            text += chunk.delta.content
+    await main.aclose()
+    if cont is not None:
+        await cont.aclose()
+    return text
+
+
+def context(*turns: tuple[str, str]) -> llm.ChatContext:
+    ctx = llm.ChatContext.empty()
+    ctx.add_message(role="system", content="be brief")
+    for role, text in turns:
+        ctx.add_message(role=role, content=text)  # type: ignore[arg-type]
+    return ctx
+
+
+async def test_request_body_thinking_off_cap_and_history() -> None:
+    script = Script(transcripts=["hi"], replies=[REPLY], llm_ttft_s=0, token_interval_s=0)
+    async with FakeOpenAIServer(script) as server:
+        cfg = config(server.base_url, llm_max_tokens=50, llm_temperature=0.3)
+        text = await collect(cfg, context(("user", "earlier"), ("assistant", "before"), ("user", "hi")),
+                             continuation=False)
+    assert text == REPLY
+    (body,) = server.requests
+    assert body["stream"] is True and body["model"] == "omni"
+    assert body["chat_template_kwargs"] == {"enable_thinking": False}
+    assert body["max_completion_tokens"] == 50 and body["temperature"] == 0.3
+    roles = [m["role"] for m in body["messages"]]
+    assert roles == ["system", "user", "assistant", "user"]
+
+
+async def test_capped_answer_is_continued() -> None:
+    script = Script(transcripts=["hi"], replies=[REPLY], llm_ttft_s=0, token_interval_s=0)
+    async with FakeOpenAIServer(script) as server:
+        cfg = config(server.base_url, llm_max_tokens=4)
+        text = await collect(cfg, context(("user", "hi")), continuation=True)
+    assert text == REPLY  # 4 + 4 + 2 tokens over three requests (max_rounds=2 continuations)
+    assert len(server.requests) == 3
+    second = server.requests[1]
+    assert second["continue_final_message"] is True and second["add_generation_prompt"] is False
+    assert second["messages"][-1] == {"role": "assistant", "content": "one two three four "}
+
+
+async def test_capped_answer_without_continuation_stops() -> None:
+    script = Script(transcripts=["hi"], replies=[REPLY], llm_ttft_s=0, token_interval_s=0)
+    async with FakeOpenAIServer(script) as server:
+        text = await collect(config(server.base_url, llm_max_tokens=4), context(("user", "hi")), continuation=False)
+    assert text == "one two three four "
+    assert len(server.requests) == 1

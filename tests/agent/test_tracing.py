@@ -1,0 +1,85 @@
+"""Trace schema and ordering: nine points relative to t0 = vad_speech_end, segments, completeness, JSONL file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agent.tracing import POINTS, SCHEMA_VERSION, SEGMENTS, TraceCollector
+
+
+def full_turn(collector: TraceCollector, t0: float = 100.0) -> None:
+    collector.speech_started(t0 - 1.0)
+    turn = collector.open_turn(t0)
+    for i, point in enumerate(POINTS[2:], start=1):
+        turn.mark(point, t0 + i * 0.01)
+    turn.user_text = "hello"
+    collector.finish(turn)
+
+
+def test_record_schema_and_relative_points(tmp_path: Path) -> None:
+    collector = TraceCollector("sess", traces_dir=tmp_path)
+    full_turn(collector)
+    (path,) = tmp_path.glob("*.jsonl")
+    rec = json.loads(path.read_text().strip())
+    assert rec["schema"] == SCHEMA_VERSION
+    assert rec["turn_id"] == "sess-t1" and rec["turn_index"] == 1
+    assert list(rec["points"]) == list(POINTS)
+    assert rec["points"]["vad_speech_end"] == 0.0
+    assert rec["points"]["vad_speech_start"] == pytest.approx(-1.0)
+    assert rec["points"]["first_frame_published"] == pytest.approx(0.07)
+    assert set(rec["segments_ms"]) == {name for name, _, _ in SEGMENTS}
+    assert rec["segments_ms"]["e2e"] == pytest.approx(70.0)
+    assert all(v >= 0 for v in rec["segments_ms"].values())
+    assert rec["complete"] is True and rec["outcome"] == "answered"
+    for key in ("timestamp", "user_text_chars", "reply_text_chars", "tts_segments", "interruptions", "errors"):
+        assert key in rec
+
+
+def test_out_of_order_or_missing_points_are_not_complete() -> None:
+    collector = TraceCollector("s", traces_dir=None)
+    turn = collector.open_turn(10.0)
+    for i, point in enumerate(POINTS[2:], start=1):
+        turn.mark(point, 10.0 + i * 0.01)
+    turn.points["stt_done"] = 9.0  # before stt_request
+    assert not turn.complete()
+    turn2 = collector.open_turn(20.0)
+    assert not turn2.complete()
+    assert collector.records[0]["complete"] is False
+
+
+def test_first_mark_wins_and_unknown_point_is_refused() -> None:
+    collector = TraceCollector("s", traces_dir=None)
+    turn = collector.open_turn(1.0)
+    turn.mark("stt_request", 1.1)
+    turn.mark("stt_request", 1.5)
+    assert turn.points["stt_request"] == 1.1
+    with pytest.raises(ValueError, match="unknown trace point 'nope'"):
+        turn.mark("nope")
+
+
+def test_opening_a_turn_finishes_the_previous_one() -> None:
+    collector = TraceCollector("s", traces_dir=None)
+    collector.open_turn(1.0)
+    collector.open_turn(2.0)
+    assert [r["turn_index"] for r in collector.records] == [1]
+    assert collector.records[0]["outcome"] == "no_transcript"
+    collector.close()
+    assert [r["turn_index"] for r in collector.records] == [1, 2]
+
+
+def test_speech_start_after_end_is_clamped() -> None:
+    collector = TraceCollector("s", traces_dir=None)
+    collector.speech_started(5.0)
+    turn = collector.open_turn(4.0)
+    assert turn.points["vad_speech_start"] == 4.0
+
+
+def test_unwritable_directory_does_not_raise(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    collector = TraceCollector("s", traces_dir=blocker / "sub")
+    full_turn(collector)
+    assert len(collector.records) == 1
