@@ -83,6 +83,7 @@ class StressOptions:
     speech_cache: Path = field(default_factory=lambda: Path("/tmp/agent-sim-speech"))
     config: AgentConfig | None = None
     progress: Callable[[str], None] | None = None
+    partial_path: Path | None = None  # after each call, the summary so far is written here
 
 
 @dataclass
@@ -163,6 +164,7 @@ class Runner:
         self.stuck: list[str] = []
         self.leaked: list[str] = []
         self.illegal_transitions = 0
+        self.tasks_before_close: list[dict[str, int]] = []  # per call: live tasks by coroutine, before aclose
 
     def _say(self, text: str) -> None:
         if self.opts.progress is not None:
@@ -243,6 +245,7 @@ class Runner:
                     self.stuck.append(f"call {call_no}: the last reply did not play out and settle")
                 if call.controller.state.value != "listening":
                     self.stuck.append(f"call {call_no}: ended in state {call.controller.state.value}, not listening")
+                self.tasks_before_close.append(_task_census(tasks_before))
             finally:
                 mic.close()
                 await asyncio.sleep(0.3)  # late frames of a cut reply would land now: they are what we count
@@ -297,6 +300,18 @@ class Runner:
                 self.stuck.append(f"call {rec.call} turn {rec.turn_in_call}: {rec.stuck}")
         self.harness_errors.extend(f"call {records[0].call if records else '?'}: {e}" for e in call.errors)
         self.turns.extend(records)
+
+
+def _task_census(exclude: set[asyncio.Task[Any]]) -> dict[str, int]:
+    """Live tasks that the call added, by coroutine name (the most common first)."""
+    counts: dict[str, int] = {}
+    for task in asyncio.all_tasks():
+        if task in exclude or task.done():
+            continue
+        coro = task.get_coro()
+        name = getattr(coro, "__qualname__", type(coro).__name__)
+        counts[name] = counts.get(name, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1])[:8])
 
 
 def _plan(opts: StressOptions) -> list[list[bool]]:
@@ -359,6 +374,9 @@ def summarize(
         "stuck_states": len(runner.stuck),
         "illegal_transitions": runner.illegal_transitions,
         "leaked_tasks": len(runner.leaked),
+        # tasks alive in the call just before it closed (not leaks: the close ends them; growth here means
+        # per-turn accumulation inside a long call)
+        "tasks_before_close": runner.tasks_before_close[-1] if runner.tasks_before_close else {},
         "engine_slots_in_use_at_end": runner.engine_streams(),
         "rss_mb": rss,
         "threads": threads,
@@ -472,6 +490,13 @@ async def run(opts: StressOptions, backend: Any, engine: Any, vad: Any) -> tuple
             runner._say(f"call {call_no}: {len(plan)} turns ({sum(plan)} cut)")
             await runner.run_call(call_no, plan, index)
             index += len(plan)
+            if opts.partial_path is not None:  # a run cut short by a time limit still leaves its numbers
+                now = {"start": round(rss_start, 2), "end": round(rss_mb(), 2)}
+                now["growth"] = round(now["end"] - now["start"], 2)
+                threads = {"start": threads_start, "end": threading.active_count()}
+                partial = summarize(runner, opts, now, threads, list(error_log.lines), time.perf_counter() - t0)
+                partial["partial"] = {"calls_done": call_no, "turns_done": index - 1}
+                opts.partial_path.write_text(json.dumps(partial, indent=2) + "\n", encoding="utf-8")
     finally:
         logging.getLogger().removeHandler(error_log)
     gc.collect()
@@ -544,6 +569,7 @@ def main(argv: list[str] | None = None) -> int:
         config=cfg,
         speech_cache=out / "speech",
         progress=lambda text: print(f"[{mode}] {text}", flush=True),
+        partial_path=out / f"{mode}.partial.json",
     )
     backend, engine = load_backend(args, out)
     device = "remote" if engine is None else str(engine.stats().get("device_name", "?"))
