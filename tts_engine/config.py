@@ -38,6 +38,8 @@ KNOWN_TTS_VARIABLES = (
     # read by the agent, not the engine, but legitimately TTS_-prefixed
     "TTS_FRAME_MS",
     "TTS_ENGINE_URL",
+    "TTS_SPEAKER",
+    "TTS_LANGUAGE",
     # read by `python -m tts_engine serve` and the launch scripts (scripts/run_tts_server.sh, start_all.sh)
     "TTS_HOST",
     "TTS_PORT",

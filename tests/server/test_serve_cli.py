@@ -102,3 +102,15 @@ def test_bad_configuration_is_not_restarted(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert "no-such-model" in proc.stderr and "not restarting" in proc.stderr
+
+
+def test_every_tts_variable_in_env_example_is_known() -> None:
+    from tts_engine.config import unknown_tts_variables
+
+    names = {}
+    for line in (ROOT / ".env.example").read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            names[line.split("=", 1)[0].removeprefix("export ").strip()] = "x"
+    assert any(name.startswith("TTS_") for name in names)
+    assert unknown_tts_variables(names) == [], "serve would warn about variables the project itself documents"
