@@ -98,8 +98,16 @@ class LocalBackend:
 
 
 class RemoteBackend:
-    def __init__(self, base_url: str, *, capacity: int = 16, connect_timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        capacity: int = 16,
+        connect_timeout_s: float = 5.0,
+        max_frames_per_segment: int | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.max_frames_per_segment = max_frames_per_segment
         self._capacity = capacity
         self._active = 0
         self._timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout_s, sock_read=30.0)
@@ -120,7 +128,9 @@ class RemoteBackend:
 
     async def stream(self, text: str, *, speaker: str, language: str) -> AsyncIterator[PacketLike]:
         self._active += 1
-        body = {"text": text, "speaker": speaker, "language": language}
+        body: dict[str, Any] = {"text": text, "speaker": speaker, "language": language}
+        if self.max_frames_per_segment:
+            body["max_frames"] = self.max_frames_per_segment
         try:
             async with self._client().post(f"{self.base_url}/tts/stream", json=body) as resp:
                 if resp.status != 200:

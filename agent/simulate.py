@@ -182,6 +182,7 @@ class CallResult:
     interruptions: list[dict[str, Any]]  # reply_id, cancel_to_silence_ms, stale_frames_after_cancel
     errors: list[str]
     illegal_transitions: int
+    final_state: str
     wall_s: float
 
 
@@ -312,6 +313,7 @@ async def run_call(opts: SimOptions, *, backend: TTSBackend, vad: Any) -> CallRe
         interruptions=interruptions,
         errors=errors + call.errors,
         illegal_transitions=call.controller.illegal_transitions,
+        final_state=call.controller.state.value,
         wall_s=time.perf_counter() - t_start,
     )
 
@@ -359,7 +361,7 @@ def load_backend(args: argparse.Namespace, out_dir: Path) -> tuple[TTSBackend, A
     from tts_engine.config import EngineConfig
 
     if args.tts_url:
-        return RemoteBackend(args.tts_url), None
+        return RemoteBackend(args.tts_url, max_frames_per_segment=args.max_frames_per_segment or None), None
     from tts_engine import Engine
 
     cfg = EngineConfig.from_env()

@@ -1,0 +1,48 @@
+"""Engine backends: the embedded engine through LocalBackend and the HTTP server through RemoteBackend give
+the same PCM for the same text; closing early frees the stream; a 4xx is a clear error."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import numpy as np
+import pytest
+
+from agent.engine_client import LocalBackend, RemoteBackend, RemoteTTSError
+
+
+async def collect(backend: Any, text: str) -> np.ndarray:
+    parts = [p.pcm async for p in backend.stream(text, speaker="serena", language="auto")]
+    return np.concatenate(parts)
+
+
+async def test_local_and_remote_give_the_same_pcm(tiny_engine: Any) -> None:
+    from tts_engine.server import start_server
+
+    local = LocalBackend(tiny_engine, max_frames_per_segment=3)
+    runner, port, _ = await start_server(tiny_engine)
+    remote = RemoteBackend(f"http://127.0.0.1:{port}", max_frames_per_segment=3)
+    try:
+        a = await collect(local, "Hello there.")
+        b = await collect(remote, "Hello there.")
+        assert a.dtype == np.int16 and a.size == 3 * 1920
+        assert np.array_equal(a, b)
+        with pytest.raises(RemoteTTSError, match="400.*speaker"):
+            async for _ in remote.stream("hi", speaker="nobody", language="auto"):
+                pass
+        assert remote.active_streams == 0
+    finally:
+        await remote.aclose()
+        await runner.cleanup()
+
+
+async def test_closing_a_local_stream_early_releases_it(tiny_engine: Any) -> None:
+    local = LocalBackend(tiny_engine)
+    stream = local.stream("A longer sentence to speak for a while.", speaker="serena", language="auto")
+    async with contextlib.aclosing(stream):  # type: ignore[type-var]
+        async for packet in stream:
+            assert packet.index == 0 and local.active_streams == 1
+            break
+    assert local.active_streams == 0
+    assert tiny_engine.active_streams() == 0

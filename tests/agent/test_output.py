@@ -1,0 +1,87 @@
+"""RtcAudioOutput over a real rtc.AudioSource (no room): frames go in as given, playback events are exact
+(one finished event per segment), clear_buffer reports an interruption, the silence gate drops a cut
+reply's frames, pause/resume are idempotent."""
+
+from __future__ import annotations
+
+import asyncio
+
+from livekit import rtc
+
+from agent.output import FrameRecord, RtcAudioOutput
+
+
+def frame(reply_id: str, samples: int = 480) -> rtc.AudioFrame:
+    return rtc.AudioFrame(bytes(samples * 2), 24_000, 1, samples, userdata={"reply_id": reply_id, "t_ready": 0.0})
+
+
+def make() -> tuple[RtcAudioOutput, list[FrameRecord], list[tuple[str, object]]]:
+    records: list[FrameRecord] = []
+    events: list[tuple[str, object]] = []
+    out = RtcAudioOutput(queue_ms=100, frame_observer=records.append)
+    out.on("playback_started", lambda ev: events.append(("started", ev)))
+    out.on("playback_finished", lambda ev: events.append(("finished", ev)))
+    return out, records, events
+
+
+async def test_segment_plays_out_and_finishes_once() -> None:
+    out, records, events = make()
+    for _ in range(3):
+        await out.capture_frame(frame("r1"))
+    out.flush()
+    assert [name for name, _ in events] == ["started"]
+    ev = await asyncio.wait_for(out.wait_for_playout(), 2.0)
+    assert not ev.interrupted and abs(ev.playback_position - 0.06) < 1e-9
+    assert [name for name, _ in events] == ["started", "finished"]
+    assert [r.duration_ms for r in records] == [20.0, 20.0, 20.0]
+    await out.aclose()
+
+
+async def test_clear_buffer_interrupts_the_open_segment() -> None:
+    out, _, events = make()
+    for _ in range(4):
+        await out.capture_frame(frame("r1"))
+    out.clear_buffer()
+    ev = await asyncio.wait_for(out.wait_for_playout(), 1.0)
+    assert ev.interrupted and ev.playback_position < 0.08
+    out.clear_buffer()  # nothing open: no second event
+    assert [name for name, _ in events] == ["started", "finished"]
+    await out.aclose()
+
+
+async def test_flush_then_clear_reports_one_interrupted_finish() -> None:
+    out, _, events = make()
+    await out.capture_frame(frame("r1"))
+    out.flush()
+    out.clear_buffer()
+    await asyncio.sleep(0.1)
+    finished = [ev for name, ev in events if name == "finished"]
+    assert len(finished) == 1 and finished[0].interrupted  # type: ignore[attr-defined]
+    await out.aclose()
+
+
+async def test_silenced_reply_frames_are_never_captured() -> None:
+    out, records, _ = make()
+    await out.capture_frame(frame("r1"))
+    t = out.silence("r1")
+    await out.capture_frame(frame("r1"))
+    await out.capture_frame(frame("r2"))
+    assert [r.reply_id for r in records] == ["r1", "r2"]
+    assert records[0].t_end <= t
+    assert out.frames_dropped == 1 and out.source.queued_duration <= 0.021
+    await out.aclose()
+
+
+async def test_pause_and_resume_are_idempotent() -> None:
+    out = RtcAudioOutput(pause_capable=True)
+    assert out.can_pause
+    out.pause()
+    out.pause()
+    task = asyncio.create_task(out.capture_frame(frame("r1")))
+    await asyncio.sleep(0.05)
+    assert not task.done() and out.frames_captured == 0
+    out.resume()
+    out.resume()
+    await asyncio.wait_for(task, 1.0)
+    assert out.frames_captured == 1
+    await out.aclose()

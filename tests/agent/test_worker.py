@@ -1,0 +1,71 @@
+"""The LiveKit worker without a LiveKit server: options (THREAD executor, raised init timeout, load_fnc),
+and one simulated job (LiveKit's own `simulate_job` with a mock room) running prewarm + entrypoint on the
+process-wide engine."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from livekit.agents import AgentServer, JobExecutorType
+
+from agent import worker
+from agent.config import AgentConfig
+from agent.engine_client import LocalBackend, RemoteBackend
+from agent.fake_openai import FakeOpenAIServer
+
+
+def test_options_follow_the_config() -> None:
+    cfg = AgentConfig.from_env({"AGENT_INIT_TIMEOUT_S": "300", "AGENT_LOAD_THRESHOLD": "0.5", "AGENT_NAME": "x"})
+    opts = worker.build_options(cfg)
+    assert opts.job_executor_type is JobExecutorType.THREAD
+    assert opts.initialize_process_timeout == 300.0
+    assert opts.load_threshold == 0.5 and opts.agent_name == "x"
+    assert opts.load_fnc is worker.current_load and opts.prewarm_fnc is worker.prewarm
+    proc = worker.build_options(AgentConfig.from_env({"AGENT_JOB_EXECUTOR": "process"}))
+    assert proc.job_executor_type is JobExecutorType.PROCESS
+
+
+def test_remote_engine_url_loads_no_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(worker, "_backend", None)
+    backend = worker.get_backend(AgentConfig.from_env({"TTS_ENGINE_URL": "http://127.0.0.1:9/"}))
+    assert isinstance(backend, RemoteBackend) and backend.base_url == "http://127.0.0.1:9"
+    assert worker.get_backend(AgentConfig.from_env({})) is backend  # one per process
+
+
+async def test_simulated_job_runs_on_the_shared_engine(
+    tiny_engine: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with FakeOpenAIServer() as fake:
+        for key, value in {
+            "LLM_BASE_URL": fake.base_url,
+            "TRACES_DIR": str(tmp_path),
+            "LIVEKIT_URL": "ws://127.0.0.1:9",
+            "LIVEKIT_API_KEY": "devkey",
+            "LIVEKIT_API_SECRET": "secret" * 6,
+        }.items():
+            monkeypatch.setenv(key, value)
+        backend = LocalBackend(tiny_engine)
+        monkeypatch.setattr(worker, "_backend", backend)
+        monkeypatch.setattr(worker, "_active_calls", 0)
+        server = AgentServer.from_server_options(worker.build_options(AgentConfig.from_env()))
+        run = asyncio.create_task(server.run(devmode=True, unregistered=True))
+        try:
+            for _ in range(100):
+                try:
+                    await server.simulate_job("room-1", fake_job=True)
+                    break
+                except Exception:  # the server is still starting
+                    await asyncio.sleep(0.1)
+            for _ in range(200):
+                if worker._active_calls == 1:
+                    break
+                await asyncio.sleep(0.1)
+            assert worker._active_calls == 1
+            assert 0.0 < worker.current_load() <= 1.0
+            assert worker.get_backend(AgentConfig.from_env()) is backend
+        finally:
+            await server.aclose()
+            run.cancel()
