@@ -43,6 +43,18 @@ def _has(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
+def _worker_port() -> str:
+    """The worker's health port: a free one when the worker reads AGENT_HTTP_PORT, else LiveKit's 8081."""
+    from agent.config import AgentConfig
+
+    if "http_port" in AgentConfig.__dataclass_fields__:
+        return str(_free_port())
+    with socket.socket() as s:
+        if s.connect_ex(("127.0.0.1", 8081)) == 0:
+            pytest.fail("port 8081 (LiveKit worker health, not configurable yet) is taken on this machine")
+    return "8081"
+
+
 def _group_members(pgid: int) -> set[int]:
     members = set()
     for entry in Path("/proc").iterdir():
@@ -118,7 +130,7 @@ def test_start_status_stop_leaves_no_process(ops_env: dict[str, str], tiny_check
     if _has("agent.worker"):
         env.update(
             AGENT="1",
-            AGENT_HTTP_PORT=str(_free_port()),
+            AGENT_HTTP_PORT=_worker_port(),
             LIVEKIT_URL=f"ws://127.0.0.1:{_free_port()}",  # nothing listens: the worker retries
             LIVEKIT_API_KEY="devkey",
             LIVEKIT_API_SECRET="secret",
