@@ -220,3 +220,18 @@ def test_usage_errors() -> None:
     assert result.returncode == 2 and "usage:" in result.stderr
     result = subprocess.run(["bash", str(SCRIPT), "status", "redis"], capture_output=True, text=True, timeout=30)
     assert result.returncode == 2 and "unknown service 'redis'" in result.stderr
+
+
+def test_demo_fails_fast_naming_what_is_missing(ops_env: dict[str, str], tmp_path: Path) -> None:
+    # set-but-empty: a developer's .env cannot fill these in (variables already in the environment win)
+    env = dict(ops_env, SKIP_SETUP="1", LLM_BASE_URL=f"http://127.0.0.1:{_free_port()}/v1")
+    env.update(TTS_DEEP_STREAM_MODEL_DIR="", LIVEKIT_URL="", TTS_ENGINE_URL="")
+    result = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "demo.sh")], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 1
+    assert "[MISSING] tts weights: TTS_DEEP_STREAM_MODEL_DIR is not set" in result.stdout
+    assert "[MISSING] livekit: LIVEKIT_URL is not set" in result.stdout
+    assert "[MISSING] llm: cannot reach LLM_BASE_URL" in result.stdout
+    assert "preflight found something missing" in result.stderr
+    assert not list(Path(env["RUN_DIR"]).glob("*.pid"))  # nothing was started
