@@ -82,11 +82,14 @@ class Engine:
 
     def __init__(self, model: Any, config: EngineConfig) -> None:
         from tts_engine.runtime.codegen import CodeGenerator
+        from tts_engine.runtime.cuda_graphs import StepGraphs
+        from tts_engine.runtime.fusion import fuse_model
 
         self.model = model
         self.config = config
         self.device: torch.device = model.device
         self.counters = EngineCounters()
+        fusion = fuse_model(model)  # CUDA: compiled (fused) layer pieces, before any graph is captured
         self.codegen = CodeGenerator(model, max_slots=config.max_streams)
         self._dumper = CodeDumper(config.code_dump_dir) if config.code_dump_enable else None
         self._open: set[int] = set()  # id() of channels holding a reservation
@@ -94,6 +97,16 @@ class Engine:
         self._closed = False
         self._end_listeners: list[Callable[[StreamMetrics], None]] = []
         self.max_buffered_frames = max(1, int(config.max_buffered_seconds * SAMPLE_RATE / SAMPLES_PER_FRAME))
+        # CUDA graphs of the two step call sites, captured once here (before the worker starts), shared by all streams
+        graphs = StepGraphs(
+            self.codegen, model.codec, max_slots=config.max_streams, device=self.device,
+            talker=config.cudagraph_talker, predictor=config.cudagraph_predictor,
+            decoder_graph=config.cudagraph_decoder,
+            sampling_variants=(False,) if config.deterministic and config.deterministic_policy == "greedy"
+            else (False, True),
+        )
+        graphs.stats.fusion = fusion
+        self.codegen.graph_stats = graphs.stats  # stats() reports graph_steps / eager_steps / fallback_reasons
         self.scheduler = Scheduler(
             self.codegen,
             model.codec,
@@ -102,6 +115,8 @@ class Engine:
             eos_code=int(model.config.codec_eos_id),
             counters=self.counters,
             on_stream_end=self._on_stream_end,
+            timing=config.metrics,
+            graphs=graphs,
         )
         self.scheduler.start()
         self.warmup_s: float | None = None
@@ -271,6 +286,7 @@ class Engine:
         """Called on the worker thread when a stream leaves the engine (any reason)."""
         self._release(channel)
         req = channel.request
+        self.counters.observe_stream(req.metrics)
         if self._dumper is not None and req.metrics.status == "completed":
             self._dumper.submit(
                 req.metrics.request_id,

@@ -225,7 +225,16 @@ class CodeGenerator:
 
     # ---- device side: the frame step -------------------------------------------------------------------------
     @torch.no_grad()
-    def step(self, n_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def step(self, n_rows: int, sampling: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """One frame for rows [0, n_rows). `sampling` (default: `self.sampling`) picks the sampling or the plain
+        argmax path; a CUDA-graph wrapper passes it explicitly because the choice is baked into a graph."""
+        c0, c0_embed, rest = self.predict_frame(n_rows, sampling)
+        return self.advance_talker(n_rows, c0, c0_embed, rest)
+
+    @torch.no_grad()
+    def predict_frame(self, n_rows: int, sampling: bool | None = None) -> tuple[torch.Tensor, ...]:
+        """First half of `step`: choose c0 from the talker's last logits, then c1..c15 with the code predictor.
+        Returns (c0 [n], c0 embedding [n, H], c1..c15 [n, 15])."""
         n = n_rows
         frame = self.frame[:n]
         seed = self.seed[:n]
@@ -233,7 +242,7 @@ class CodeGenerator:
             self.logits[:n], self.seen[:n], self.penalty[:n], frame, self.cfg.codec_eos_id, self.suppress,
             MIN_NEW_TOKENS,
         )
-        sampling = self.sampling
+        sampling = self.sampling if sampling is None else sampling
         if sampling:
             c0 = choose(logits, self.do_sample[:n], self.temperature[:n], self.top_k[:n], self.top_p[:n], seed, frame,
                         0, self.hash_talker)
@@ -253,6 +262,15 @@ class CodeGenerator:
             self.past_hidden[:n], c0_embed, self.pk_cache[:, :n], self.pv_cache[:, :n], self.pcos, self.psin,
             sample_sub,
         )
+        return c0, c0_embed, rest
+
+    @torch.no_grad()
+    def advance_talker(self, n_rows: int, c0: torch.Tensor, c0_embed: torch.Tensor,
+                       rest: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Second half of `step`: feed the frame back through the talker (next logits), advance the counters.
+        Returns (codes [n, 16], done [n])."""
+        n = n_rows
+        frame = self.frame[:n]
         codes = torch.cat((c0[:, None], rest), dim=1)
 
         x = (self.predictor.feedback_embedding(c0_embed, rest) + self.tts_pad)[:, None]

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from tts_engine.errors import TTSInputError
+from tts_engine.runtime.cuda_graphs import StepGraphs
 from tts_engine.runtime.metrics import EngineCounters, StepTimer
 from tts_engine.runtime.packetizer import SAMPLES_PER_FRAME, Packetizer
 from tts_engine.runtime.stream import EngineClosedError, Packet, StreamChannel, StreamOverflowError
@@ -90,6 +91,8 @@ class Scheduler:
         eos_code: int,
         counters: EngineCounters,
         on_stream_end: Callable[[StreamChannel], None],
+        timing: bool = True,
+        graphs: StepGraphs | None = None,
     ) -> None:
         self.codegen = codegen
         self.decoder = decoder
@@ -99,10 +102,14 @@ class Scheduler:
         self.counters = counters
         self._on_stream_end = on_stream_end
         self._reset_decoder_state()
+        # the step call sites go through StepGraphs: CUDA graphs per row bucket, or eager (counted reasons)
+        self.graphs = graphs or StepGraphs(codegen, decoder, max_slots=max_slots, device=device, talker=False,
+                                           predictor=False, decoder_graph=False)
+        self.graphs.capture(self._state_rows, self._reset_decoder_state)
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._pending: deque[StreamChannel] = deque()
         self._slots: dict[int, _Slot] = {}
-        self._timer = StepTimer(device)
+        self._timer = StepTimer(device, enabled=timing)
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="tts-engine-worker", daemon=True)
         self.fatal_error: BaseException | None = None
@@ -214,11 +221,13 @@ class Scheduler:
     def run_step(self, n_rows: int) -> StepOutput:
         """One batched frame step for rows [0, n_rows): codegen, decode, one host copy."""
         timer = self._timer
+        rows = self.graphs.rows_for(n_rows)  # the graph bucket; rows past n_rows are free slots, ignored
         timer.mark(0)
-        codes, done = self.codegen.step(n_rows)
+        codes, done = self.graphs.codegen_step(rows)
         timer.mark(1)
-        pcm = self.decoder.step(codes[:, :, None], self._state_rows(n_rows))
+        pcm = self.graphs.decode_step(codes[:, :, None], self._state_rows(rows))
         timer.mark(2)
+        codes, done = codes[:n_rows], done[:n_rows]
         pcm16, nonfinite = pcm_to_int16(pcm[:n_rows])
         host = torch.cat([codes.to(torch.int64), done.to(torch.int64)[:, None], nonfinite[:, None]], dim=1).cpu()
         pcm_host = pcm16.cpu().numpy()
@@ -250,6 +259,10 @@ class Scheduler:
         return view
 
     def _reset_decoder_state(self) -> None:
+        # reset in place once it exists: captured decoder graphs hold these tensors (and the cached views)
+        if getattr(self, "_decoder_state", None) is not None:
+            self._decoder_state.reset_(slice(None))
+            return
         self._decoder_state = self.decoder.new_state(self.max_slots)
         self._state_views: dict[int, Any] = {}
 

@@ -1,0 +1,96 @@
+"""CPU checks of the benchmark command: it refuses clearly without CUDA; its pure helpers are right.
+
+No timing is asserted here (CPU CI never measures speed); the benchmarks themselves run on the GPU machine.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tts_engine.__main__ import main
+from tts_engine.bench.cli import merge_results, render_results_md
+from tts_engine.bench.stats import device_slug, percentile
+from tts_engine.runtime.cuda_graphs import StepGraphs, buckets_for
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU refusal")
+
+
+@pytest.mark.parametrize("mode", ["all", "ours", "peer", "codegen", "decoder", "stream"])
+def test_bench_refuses_without_cuda(mode: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", mode, "--model-dir", "/nonexistent"]) == 2
+    err = capsys.readouterr().err
+    assert "need a CUDA GPU" in err and "torch.cuda.is_available() is False" in err
+
+
+def test_bench_rejects_bad_options_before_anything_else(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "ours", "--runs", "0"]) == 2
+    assert "--runs=0 is out of range" in capsys.readouterr().err
+
+
+def test_percentile_matches_numpy_linear() -> None:
+    import numpy as np
+
+    values = [5.0, 1.0, 9.0, 3.0, 7.0, 2.0]
+    for q in (0, 50, 95, 100):
+        assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)))
+    with pytest.raises(ValueError, match="empty"):
+        percentile([], 50)
+
+
+def test_device_slug_and_buckets() -> None:
+    assert device_slug("NVIDIA H100 80GB HBM3") == "h100"
+    assert device_slug("Some New GPU") == "some-new-gpu"
+    assert buckets_for(1) == [1]
+    assert buckets_for(16) == [1, 2, 4, 8, 16]
+    assert buckets_for(12) == [1, 2, 4, 8, 12]
+
+
+def test_step_graphs_on_cpu_run_eagerly_and_count_why() -> None:
+    calls: list[int] = []
+
+    class FakeGen:
+        sampling = False
+
+        def step(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+            calls.append(rows)
+            return torch.zeros(rows, 16, dtype=torch.long), torch.zeros(rows, dtype=torch.bool)
+
+    graphs = StepGraphs(FakeGen(), None, max_slots=8, device=torch.device("cpu"), talker=True, predictor=True,
+                        decoder_graph=True)
+    graphs.capture(lambda rows: None, lambda: None)
+    assert graphs.rows_for(3) == 3  # no bucketing on the CPU
+    codes, done = graphs.codegen_step(3)
+    assert codes.shape == (3, 16) and calls == [3]
+    stats = graphs.stats.as_dict()
+    assert stats["graph_steps"] == 0 and stats["eager_steps"] == 1
+    assert stats["fallback_reasons"] == {"codegen: device is not CUDA": 1}
+
+
+def _part(rtf: float, ttfa: float) -> dict:
+    summary = {"rtf_p50": rtf, "rtf_p95": rtf * 1.1, "ttfa_ms_p50": ttfa, "ttfa_ms_p95": ttfa * 1.2,
+               "frame_ms_p50": 6.0, "decode_ms_per_frame": 0.8, "load_s": 9.0, "gpu_mem_gib": 3.5}
+    return {"summary": summary}
+
+
+def test_results_schema_and_markdown(tmp_path: Path) -> None:
+    peer = {"name": "faster-qwen3-tts", "version": "0.5.4", "load_s": 5.0, "gpu_mem": {"max_reserved_gib": 2.5},
+            "modes": {"chunk8": {"rtf": {"p50": 0.28, "p95": 0.3}, "ttfa_ms": {"p50": 240.0, "p95": 290.0}},
+                      "chunk1": {"rtf": {"p50": 0.5, "p95": 0.55}, "ttfa_ms": {"p50": 90.0, "p95": 140.0}}}}
+    result = merge_results(device="NVIDIA H100 80GB HBM3", torch_version="2.11.0", preset="0.6b", command="cmd",
+                           ours=_part(0.07, 20.0), eager=_part(0.6, 80.0), peer=peer)
+    for key in ("device", "date", "torch", "preset", "command", "ours", "ours_eager", "peer", "speedup_rtf",
+                "speedup_ttfa"):
+        assert key in result
+    assert set(result["ours"]) == {"rtf_p50", "rtf_p95", "ttfa_ms_p50", "ttfa_ms_p95", "frame_ms_p50",
+                                   "decode_ms_per_frame", "load_s", "gpu_mem_gib"}
+    assert set(result["peer"]) >= {"name", "version", "rtf_p50", "ttfa_ms_p50", "ttfa_ms_p95"}
+    assert result["speedup_rtf"] == pytest.approx(4.0)
+    assert result["speedup_ttfa"] == pytest.approx(12.0)
+    assert result["targets"]["rtf_p50 <= 0.10"] is True
+    (tmp_path / "h100.json").write_text(json.dumps(result))
+    md = render_results_md(tmp_path)
+    assert "h100.json" in md and "faster-qwen3-tts chunk1" in md and "x4.0" in md

@@ -1,0 +1,281 @@
+"""CUDA-graph capture of fixed-shape step functions, with counted eager fallback.
+
+Contract:
+- `CapturedCall(fn, example_inputs, ...)` runs `fn` a few times on a side stream (warm-up: lazy cuBLAS
+  handles, workspaces and autotuning happen outside the graph), then captures one call into a CUDA
+  graph on a dedicated stream, sharing one memory pool with the other graphs of the engine. Inputs are
+  copied into the captured buffers on each call; a call whose tensor shapes, dtypes or devices differ
+  from the captured ones raises `GraphShapeError` naming the argument (never a silent re-capture).
+  Non-tensor arguments are frozen at capture and must compare equal on every call.
+- The outputs are the graph's own buffers: valid until the next replay. Callers copy what they keep.
+- Warm-up runs execute `fn` for real, so anything `fn` mutates (caches, counters) must be state the
+  caller resets afterwards (the engine captures at load, before any stream is admitted).
+- `GraphStats` counts graph and eager steps and the reasons for each eager fallback; the engine exposes
+  it in its stats (`graph_steps`, `eager_steps`, `fallback_reasons`).
+- A replay is launched on the caller's current stream (after the input copies), so it is ordered like
+  the eager call it replaces. Replays never synchronise with the host.
+
+Only this module and its users touch torch.cuda; importing it on a CPU machine is harmless.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+class GraphShapeError(ValueError):
+    """A captured graph was called with inputs that do not match what it captured."""
+
+
+@dataclass
+class GraphStats:
+    """Counters shared by every graph of one engine (thread-safe increments)."""
+
+    graph_steps: int = 0
+    eager_steps: int = 0
+    fallback_reasons: Counter[str] = field(default_factory=Counter)
+    capture_s: float = 0.0
+    captured: list[str] = field(default_factory=list)
+    fusion: str = "off"
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def count_graph(self) -> None:
+        with self._lock:
+            self.graph_steps += 1
+
+    def count_eager(self, reason: str) -> None:
+        with self._lock:
+            self.eager_steps += 1
+            self.fallback_reasons[reason] += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "graph_steps": self.graph_steps,
+                "eager_steps": self.eager_steps,
+                "fallback_reasons": dict(self.fallback_reasons),
+                "graphs_captured": list(self.captured),
+                "graph_capture_s": round(self.capture_s, 3),
+                "fusion": self.fusion,
+            }
+
+
+def _signature(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), value.dtype, value.device)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return ("value", value)
+    return ("object", id(value))  # e.g. a decoder state: the graph holds its tensors, so it must be the same one
+
+
+class CapturedCall:
+    """`fn(*inputs)` captured once; later calls copy new inputs into the captured buffers and replay."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        example_inputs: Sequence[Any],
+        *,
+        name: str,
+        pool: Any = None,
+        stream: torch.cuda.Stream | None = None,
+        warmup: int = 2,
+        stats: GraphStats | None = None,
+    ) -> None:
+        self.name = name
+        self.fn = fn
+        self.stats = stats
+        self.stream = stream if stream is not None else torch.cuda.Stream()
+        self.pool = pool if pool is not None else torch.cuda.graph_pool_handle()
+        self._signatures = tuple(_signature(v) for v in example_inputs)
+        self._inputs = tuple(v.clone() if isinstance(v, torch.Tensor) else v for v in example_inputs)
+        t0 = time.perf_counter()
+        caller = torch.cuda.current_stream()
+        self.stream.wait_stream(caller)
+        with torch.cuda.stream(self.stream):
+            for _ in range(warmup):
+                fn(*self._inputs)
+        self.stream.synchronize()
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, pool=self.pool, stream=self.stream):
+            self._outputs = fn(*self._inputs)
+        self.stream.synchronize()
+        caller.wait_stream(self.stream)
+        elapsed = time.perf_counter() - t0
+        if stats is not None:
+            stats.capture_s += elapsed
+            stats.captured.append(name)
+
+    def check(self, inputs: Sequence[Any]) -> None:
+        if len(inputs) != len(self._signatures):
+            raise GraphShapeError(f"graph {self.name}: called with {len(inputs)} arguments, captured with "
+                                  f"{len(self._signatures)}")
+        for i, (value, expected) in enumerate(zip(inputs, self._signatures, strict=True)):
+            got = _signature(value)
+            if got != expected:
+                raise GraphShapeError(f"graph {self.name}: argument {i} is {got[1:]} but the graph was captured "
+                                      f"with {expected[1:]}; shapes are fixed per graph (capture another bucket)")
+
+    def __call__(self, *inputs: Any) -> Any:
+        self.check(inputs)
+        for dst, src in zip(self._inputs, inputs, strict=True):
+            if isinstance(dst, torch.Tensor) and dst.data_ptr() != src.data_ptr():
+                dst.copy_(src)
+        self.graph.replay()  # launches on the caller's current stream, ordered after the copies above
+        if self.stats is not None:
+            self.stats.count_graph()
+        return self._outputs
+
+
+def buckets_for(max_slots: int) -> list[int]:
+    """Row counts that get their own graph: powers of two below max_slots, and max_slots itself."""
+    sizes, b = [], 1
+    while b < max_slots:
+        sizes.append(b)
+        b *= 2
+    sizes.append(max_slots)
+    return sizes
+
+
+class StepGraphs:
+    """The engine's two step call sites (code generator, codec decoder), graphed per row bucket or eager.
+
+    - Code generator: with the talker and predictor switches both on, the whole `CodeGenerator.step` (talker
+      logits processing, c0 choice, 15 predictor passes with sampling, talker step) is one graph per
+      (bucket, sampling) pair; with one switch on, only that half (`predict_frame` / `advance_talker`) is graphed.
+    - Decoder: `CodecDecoder.step` on one frame per bucket, bound to the scheduler's decoder-state views.
+    - On CUDA a step for n rows runs the smallest bucket >= n, graphed or not; rows past n are free slots whose
+      output is ignored and whose state is reset on admission. (On the CPU there is no bucketing.)
+    - Anything not captured (switch off, CPU, capture failure, a sampling variant not captured) runs eagerly
+      and is counted in `stats.fallback_reasons`.
+    """
+
+    def __init__(self, codegen: Any, decoder: Any, *, max_slots: int, device: torch.device, talker: bool,
+                 predictor: bool, decoder_graph: bool, sampling_variants: Sequence[bool] = (False,),
+                 warmup: int = 2) -> None:
+        self.codegen = codegen
+        self.decoder = decoder
+        self.max_slots = max_slots
+        self.stats = GraphStats()
+        self.sampling_variants = tuple(sampling_variants)
+        self.warmup = warmup
+        cuda = device.type == "cuda"
+        self.want_talker = cuda and talker
+        self.want_predictor = cuda and predictor
+        self.want_decoder = cuda and decoder_graph
+        self._off_reason_codegen = self._off_reason(cuda, talker and predictor, "TTS_CODEGEN_CUDAGRAPH_TALKER/_CP")
+        self._off_reason_decoder = self._off_reason(cuda, decoder_graph, "TTS_DECODER_CUDAGRAPH")
+        # Eager steps on CUDA use the same row buckets, so graphs on or off run identical shapes (cuBLAS may pick
+        # another kernel for another row count): graph and eager stay bit-identical under any concurrency.
+        self.buckets = buckets_for(max_slots) if cuda else []
+        self.codegen_graphs: dict[tuple[int, bool], CapturedCall] = {}
+        self.predict_graphs: dict[tuple[int, bool], CapturedCall] = {}
+        self.talker_graphs: dict[int, CapturedCall] = {}
+        self.decoder_graphs: dict[int, CapturedCall] = {}
+        self.capture_errors: list[str] = []
+
+    @staticmethod
+    def _off_reason(cuda: bool, enabled: bool, variable: str) -> str:
+        if not cuda:
+            return "device is not CUDA"
+        return "" if enabled else f"disabled by {variable}=0"
+
+    # ---- capture (once, at load, before any stream is admitted) -------------------------------------------------
+    @torch.no_grad()
+    def capture(self, state_rows: Callable[[int], Any], reset_decoder_state: Callable[[], None]) -> None:
+        if not (self.want_talker or self.want_predictor or self.want_decoder):
+            return
+        pool = torch.cuda.graph_pool_handle()
+        stream = torch.cuda.Stream()
+        common = dict(pool=pool, stream=stream, warmup=self.warmup, stats=self.stats)
+        gen, dec = self.codegen, self.decoder
+        hidden = gen.past_hidden.shape[-1]
+        groups = gen.cfg.num_code_groups
+        for rows in sorted(self.buckets, reverse=True):  # largest first: smaller graphs reuse its pool blocks
+            for sampling in self.sampling_variants:
+                tag = f"rows={rows},sampling={sampling}"
+                if self.want_talker and self.want_predictor:
+                    self._try(self.codegen_graphs, (rows, sampling), f"codegen.step[{tag}]",
+                              lambda r=rows, s=sampling: gen.step(r, sampling=s), (), common)
+                elif self.want_predictor:
+                    self._try(self.predict_graphs, (rows, sampling), f"codegen.predict_frame[{tag}]",
+                              lambda r=rows, s=sampling: gen.predict_frame(r, sampling=s), (), common)
+            if self.want_talker and not self.want_predictor:
+                dev = gen.positions.device
+                example = (torch.zeros(rows, dtype=torch.long, device=dev),
+                           torch.zeros(rows, hidden, dtype=gen.past_hidden.dtype, device=dev),
+                           torch.zeros(rows, groups - 1, dtype=torch.long, device=dev))
+                self._try(self.talker_graphs, rows, f"codegen.advance_talker[rows={rows}]",
+                          lambda c0, e, rest, r=rows: gen.advance_talker(r, c0, e, rest), example, common)
+            if self.want_decoder:
+                state = state_rows(rows)
+                codes = torch.zeros(rows, groups, 1, dtype=torch.long, device=state.positions.device)
+                self._try(self.decoder_graphs, rows, f"decoder.step[rows={rows}]", dec.step, (codes, state), common)
+        torch.cuda.synchronize()
+        reset_decoder_state()  # warm-up runs advanced the decoder state; code-generator rows reset on admission
+
+    def _try(self, table: dict[Any, CapturedCall], key: Any, name: str, fn: Callable[..., Any],
+             example: Sequence[Any], common: dict[str, Any]) -> None:
+        try:
+            table[key] = CapturedCall(fn, example, name=name, **common)
+        except Exception as exc:  # noqa: BLE001 - a part that cannot be captured runs eagerly, with the reason counted
+            torch.cuda.synchronize()
+            self.capture_errors.append(f"{name}: {type(exc).__name__}: {exc}")
+
+    # ---- the two call sites -------------------------------------------------------------------------------------
+    def rows_for(self, n_rows: int) -> int:
+        """The row count a step for n_rows runs with (its graph bucket; n_rows itself when nothing is graphed)."""
+        for b in self.buckets:
+            if b >= n_rows:
+                return b
+        return n_rows
+
+    def codegen_step(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        gen = self.codegen
+        sampling = gen.sampling
+        whole = self.codegen_graphs.get((rows, sampling))
+        if whole is not None:
+            return whole()
+        predict = self.predict_graphs.get((rows, sampling))
+        talker = self.talker_graphs.get(rows)
+        if predict is None and talker is None:
+            self.stats.count_eager(self._why_eager("codegen", rows, sampling))
+            return gen.step(rows)
+        if predict is not None:
+            c0, c0_embed, rest = predict()
+        else:
+            self.stats.count_eager(self._why_eager("codegen.predictor", rows, sampling))
+            c0, c0_embed, rest = gen.predict_frame(rows)
+        if talker is not None:
+            return talker(c0, c0_embed, rest)
+        self.stats.count_eager(self._why_eager("codegen.talker", rows, sampling))
+        return gen.advance_talker(rows, c0, c0_embed, rest)
+
+    def decode_step(self, codes: torch.Tensor, state: Any) -> torch.Tensor:
+        rows = codes.shape[0]
+        graph = self.decoder_graphs.get(rows)
+        if graph is not None and codes.shape[2] == 1:
+            return graph(codes, state)
+        reason = self._off_reason_decoder or ("not one frame" if codes.shape[2] != 1 else f"no graph for rows={rows}")
+        self.stats.count_eager(f"decoder: {reason}")
+        return self.decoder.step(codes, state)
+
+    def _why_eager(self, part: str, rows: int, sampling: bool) -> str:
+        if self._off_reason_codegen and part == "codegen":
+            return f"codegen: {self._off_reason_codegen}"
+        if sampling not in self.sampling_variants:
+            return f"{part}: sampling={sampling} variant not captured"
+        if part == "codegen.predictor" and not self.want_predictor:
+            return f"{part}: disabled by TTS_CODEGEN_CUDAGRAPH_CP=0"
+        if part == "codegen.talker" and not self.want_talker:
+            return f"{part}: disabled by TTS_CODEGEN_CUDAGRAPH_TALKER=0"
+        if self.capture_errors:
+            return f"{part}: capture failed for rows={rows}"
+        return f"{part}: no graph for rows={rows}"
