@@ -27,7 +27,9 @@ async def test_break_out_of_async_for_frees_the_slot_and_next_request_succeeds(m
     await wait_until(lambda: engine.stats()["running_streams"] == 0)
     stats = engine.stats()
     assert stats["streams_cancelled"] == 1
-    assert stats["frames_generated"] < 10, "GPU work went on after the consumer left"
+    assert stats["frames_generated"] < LONG // 4, "GPU work went on after the consumer left"
+    await asyncio.sleep(0.2)
+    assert engine.stats()["frames_generated"] == stats["frames_generated"]
     pcm = await engine.synthesize(TEXT, "serena", max_frames=4)
     assert len(pcm) == 4 * 1920
 
@@ -52,7 +54,7 @@ async def test_aclose_and_task_cancel_stop_the_stream(make_engine) -> None:
     await wait_until(lambda: engine.stats()["running_streams"] == 0)
     assert engine.stats()["streams_cancelled"] == 2
     assert engine.active_streams() == 0
-    assert engine.stats()["frames_generated"] < 40
+    assert engine.stats()["frames_generated"] < LONG // 2
 
 
 async def test_busy_engine_refuses_at_once_and_recovers(make_engine) -> None:
@@ -144,3 +146,33 @@ async def test_metrics_of_a_finished_stream(shared_engine) -> None:
     assert m["codegen_wall_ms"] > 0 and m["decode_wall_ms"] > 0 and m["glue_wall_ms"] >= 0
     assert m["nonfinite_samples"] == 0
     assert np.abs(pcm).max() > 0
+    stats = shared_engine.stats()
+    assert stats["recent_streams"] >= 1 and stats["recent_ttfa_ms_p50"] > 0 and stats["recent_rtf_p95"] > 0
+
+
+async def test_metrics_off_skips_step_timing(make_engine) -> None:
+    engine = make_engine(metrics=False)
+    handle = engine.stream(TEXT, "serena", max_frames=3)
+    await collect(handle)
+    assert handle.metrics.codegen_wall_ms == 0.0 and handle.metrics.decode_wall_ms == 0.0
+    assert handle.metrics.ttfa_ms > 0 and handle.metrics.frames == 3
+
+
+async def test_finished_and_cancelled_streams_leave_nothing_behind(make_engine) -> None:
+    import weakref
+
+    engine = make_engine(max_streams=4)
+    refs = []
+    for i in range(12):
+        handle = engine.stream(TEXT, "serena", max_frames=LONG if i % 3 == 0 else 2)
+        refs.append(weakref.ref(handle._channel))
+        if i % 3 == 0:
+            await handle.__anext__()
+            await handle.aclose()
+        else:
+            await collect(handle)
+        del handle
+    await wait_until(lambda: engine.stats()["running_streams"] == 0)
+    gc.collect()
+    assert engine.active_streams() == 0 and engine.stats()["pending_streams"] == 0
+    assert all(ref() is None for ref in refs), "the engine still holds finished streams"
