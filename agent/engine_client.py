@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -68,6 +69,7 @@ class LocalBackend:
         self.engine = engine
         self._capacity = max(1, capacity if capacity is not None else int(engine.capacity()))
         self._active = 0
+        self._count_lock = threading.Lock()  # THREAD-executor calls share this backend from several loops
         self.max_frames_per_segment = max_frames_per_segment
 
     @property
@@ -79,7 +81,8 @@ class LocalBackend:
         return self._active
 
     async def stream(self, text: str, *, speaker: str, language: str) -> AsyncIterator[PacketLike]:
-        self._active += 1
+        with self._count_lock:
+            self._active += 1
         try:
             options = {"max_frames": self.max_frames_per_segment} if self.max_frames_per_segment else {}
             packets = self.engine.stream(text, speaker=speaker, language=language, **options)
@@ -91,7 +94,8 @@ class LocalBackend:
                 if aclose is not None:
                     await aclose()  # stops the engine's work for this stream now, not at GC time
         finally:
-            self._active -= 1
+            with self._count_lock:
+                self._active -= 1
 
     async def aclose(self) -> None:
         return None  # the engine outlives sessions; the worker process owns it
