@@ -80,3 +80,22 @@ def test_dotenv_rejects_garbage_with_line_number(tmp_path) -> None:
     f.write_text("GOOD=1\nnot a pair\n")
     with pytest.raises(ConfigError, match=":2:"):
         load_dotenv(f)
+
+
+def _env_example_keys() -> set[str]:
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / ".env.example").read_text()
+    return {line.split("=", 1)[0] for line in text.splitlines() if line and not line.startswith("#") and "=" in line}
+
+
+@pytest.mark.parametrize("module", ["agent/config.py", "tts_engine/config.py", "token_server/config.py"])
+def test_every_variable_read_is_documented_in_env_example(module: str) -> None:
+    import re
+    from pathlib import Path
+
+    source = (Path(__file__).resolve().parents[1] / module).read_text()
+    read = set(re.findall(r'(?:env\.\w+|_raw|_int)\(\s*(?:env,\s*)?"([A-Z][A-Z0-9_]+)"', source))
+    assert read, f"found no variable reads in {module}"
+    missing = sorted(read - _env_example_keys())
+    assert not missing, f".env.example lacks {missing} (read by {module})"
