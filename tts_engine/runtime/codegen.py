@@ -22,6 +22,7 @@ Contract (docs/model.md, INTERFACES.md):
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -151,6 +152,8 @@ class CodeGenerator:
         # host-side: does any admitted slot sample? If none, step() takes plain argmax (identical result for greedy
         # rows, far fewer kernels). A CUDA-graph wrapper keys its graphs on (n_rows, self.sampling).
         self.sampling_slots: set[int] = set()
+        # optional replacement of the talker prefill: (slot, embeds [T, H]) -> last hidden [H], KV rows written
+        self.prefill_hook: Callable[[int, torch.Tensor], torch.Tensor] | None = None
 
     # ---- host side -------------------------------------------------------------------------------------------
     def prepare(self, text: str, speaker: str, language: str = "auto", instruct: str | None = None,
@@ -186,11 +189,14 @@ class CodeGenerator:
                 f"prompt of {n} positions + {prompt.max_frames} frames exceeds max_seq_len {self.max_seq_len}"
             )
         dt = self.model.dtype
-        cos, sin = self.cos_f32[:n].to(dt), self.sin_f32[:n].to(dt)
-        h = self.talker.model.prefill(
-            prompt.embeds.to(dt)[None], cos, sin, self.k_cache[:, slot], self.v_cache[:, slot]
-        )
-        last = h[0, -1]
+        if self.prefill_hook is not None:  # CUDA: padded, graphed prefill (runtime/cuda_graphs.StepGraphs)
+            last = self.prefill_hook(slot, prompt.embeds.to(dt))
+        else:
+            cos, sin = self.cos_f32[:n].to(dt), self.sin_f32[:n].to(dt)
+            h = self.talker.model.prefill(
+                prompt.embeds.to(dt)[None], cos, sin, self.k_cache[:, slot], self.v_cache[:, slot]
+            )
+            last = h[0, -1]
         self.logits[slot] = self.talker.codec_head(last).float()
         self.past_hidden[slot] = last
         self.positions[slot] = n

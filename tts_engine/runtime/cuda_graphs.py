@@ -134,6 +134,9 @@ class CapturedCall:
         return self._outputs
 
 
+PREFILL_BUCKETS = (32, 64, 128, 256, 512, 1024)
+
+
 def buckets_for(max_slots: int) -> list[int]:
     """Row counts that get their own graph: powers of two below max_slots, and max_slots itself."""
     sizes, b = [], 1
@@ -155,6 +158,11 @@ class StepGraphs:
       output is ignored and whose state is reset on admission. (On the CPU there is no bucketing.)
     - Anything not captured (switch off, CPU, capture failure, a sampling variant not captured) runs eagerly
       and is counted in `stats.fallback_reasons`.
+    - With all three switches on, `frame_step` replays one graph per (bucket, sampling) that overlaps the
+      decoder with the talker half: predictor half -> fork: {talker half on the main stream, decoder step of
+      the frame's codes on a side stream} -> join. The two branches touch disjoint state, so the result is
+      the same as running them one after the other (the eager path), only shorter. The scheduler's step
+      timer then reports the whole overlapped step as codegen time (decode_ms ~ 0).
     """
 
     def __init__(self, codegen: Any, decoder: Any, *, max_slots: int, device: torch.device, talker: bool,
@@ -179,6 +187,21 @@ class StepGraphs:
         self.predict_graphs: dict[tuple[int, bool], CapturedCall] = {}
         self.talker_graphs: dict[int, CapturedCall] = {}
         self.decoder_graphs: dict[int, CapturedCall] = {}
+        self.frame_graphs: dict[tuple[int, bool], CapturedCall] = {}
+        # Prefill on CUDA: the prompt is zero-padded at the end to a length bucket (causal attention: the padding
+        # cannot reach the real positions) and run into a one-slot scratch cache, then its rows are copied into
+        # the slot. Graphed per bucket when the talker switch is on; the eager path pads the same way, so graphs
+        # on/off stay bit-identical. Longer prompts than the largest bucket prefill eagerly, unpadded (counted).
+        self.prefill_graphs: dict[int, CapturedCall] = {}
+        self.prefill_buckets: list[int] = []
+        if cuda:
+            gen = codegen
+            self.prefill_buckets = [b for b in PREFILL_BUCKETS if b < gen.max_seq_len]
+            t, length = gen.k_cache.shape, self.prefill_buckets[-1] if self.prefill_buckets else 0
+            self._pf_k = torch.zeros(t[0], t[2], length, t[4], dtype=gen.k_cache.dtype, device=device)
+            self._pf_v = torch.zeros_like(self._pf_k)
+            self._pf_x = torch.zeros(length, gen.past_hidden.shape[-1], dtype=gen.past_hidden.dtype, device=device)
+            gen.prefill_hook = self.prefill
         self.capture_errors: list[str] = []
 
     @staticmethod
@@ -198,9 +221,14 @@ class StepGraphs:
         gen, dec = self.codegen, self.decoder
         hidden = gen.past_hidden.shape[-1]
         groups = gen.cfg.num_code_groups
+        side = torch.cuda.Stream()
+        overlap = self.want_talker and self.want_predictor and self.want_decoder
         for rows in sorted(self.buckets, reverse=True):  # largest first: smaller graphs reuse its pool blocks
             for sampling in self.sampling_variants:
                 tag = f"rows={rows},sampling={sampling}"
+                if overlap:
+                    self._try(self.frame_graphs, (rows, sampling), f"frame_step[{tag}]",
+                              self._overlapped_frame(rows, sampling, state_rows(rows), side), (), common)
                 if self.want_talker and self.want_predictor:
                     self._try(self.codegen_graphs, (rows, sampling), f"codegen.step[{tag}]",
                               lambda r=rows, s=sampling: gen.step(r, sampling=s), (), common)
@@ -218,8 +246,61 @@ class StepGraphs:
                 state = state_rows(rows)
                 codes = torch.zeros(rows, groups, 1, dtype=torch.long, device=state.positions.device)
                 self._try(self.decoder_graphs, rows, f"decoder.step[rows={rows}]", dec.step, (codes, state), common)
+        if self.want_talker:
+            for b in sorted(self.prefill_buckets, reverse=True):
+                self._try(self.prefill_graphs, b, f"prefill[positions={b}]", self._prefill_fn(b), (), common)
         torch.cuda.synchronize()
         reset_decoder_state()  # warm-up runs advanced the decoder state; code-generator rows reset on admission
+
+    def _prefill_fn(self, length: int) -> Callable[[], torch.Tensor]:
+        gen = self.codegen
+        dt = gen.model.dtype
+
+        def prefill() -> torch.Tensor:
+            cos, sin = gen.cos_f32[:length].to(dt), gen.sin_f32[:length].to(dt)
+            return gen.talker.model.prefill(self._pf_x[None, :length], cos, sin, self._pf_k, self._pf_v)
+
+        return prefill
+
+    @torch.no_grad()
+    def prefill(self, slot: int, embeds: torch.Tensor) -> torch.Tensor:
+        """The code generator's prefill hook: KV rows 0..T-1 of `slot` written, last hidden [H] returned."""
+        gen = self.codegen
+        n = embeds.shape[0]
+        bucket = next((b for b in self.prefill_buckets if b >= n), None)
+        if bucket is None:
+            self.stats.count_eager(f"prefill: prompt of {n} positions is longer than the largest bucket")
+            dt = gen.model.dtype
+            cos, sin = gen.cos_f32[:n].to(dt), gen.sin_f32[:n].to(dt)
+            h = gen.talker.model.prefill(embeds[None], cos, sin, gen.k_cache[:, slot], gen.v_cache[:, slot])
+            return h[0, -1]
+        self._pf_x[:n].copy_(embeds)
+        self._pf_x[n:bucket].zero_()
+        graph = self.prefill_graphs.get(bucket)
+        if graph is not None:
+            h = graph()
+        else:
+            reason = "disabled by TTS_CODEGEN_CUDAGRAPH_TALKER=0" if not self.want_talker else f"no graph for {bucket}"
+            self.stats.count_eager(f"prefill: {reason}")
+            h = self._prefill_fn(bucket)()
+        gen.k_cache[:, slot, :, :n].copy_(self._pf_k[:, :, :n])
+        gen.v_cache[:, slot, :, :n].copy_(self._pf_v[:, :, :n])
+        return h[0, n - 1].clone()
+
+    def _overlapped_frame(self, rows: int, sampling: bool, state: Any, side: torch.cuda.Stream) -> Callable[[], Any]:
+        gen, dec = self.codegen, self.decoder
+
+        def frame() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            main = torch.cuda.current_stream()
+            c0, c0_embed, rest = gen.predict_frame(rows, sampling)
+            side.wait_stream(main)
+            with torch.cuda.stream(side):  # allocated on the side stream, so no cross-stream reuse of its blocks
+                pcm = dec.step(torch.cat((c0[:, None], rest), dim=1)[:, :, None], state)
+            codes, done = gen.advance_talker(rows, c0, c0_embed, rest)
+            main.wait_stream(side)
+            return codes, done, pcm
+
+        return frame
 
     def _try(self, table: dict[Any, CapturedCall], key: Any, name: str, fn: Callable[..., Any],
              example: Sequence[Any], common: dict[str, Any]) -> None:
@@ -236,6 +317,20 @@ class StepGraphs:
             if b >= n_rows:
                 return b
         return n_rows
+
+    def frame_step(self, rows: int, state: Any,
+                   mark: Callable[[int], None] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """codes [rows, 16], done [rows], pcm [rows, 1920] of one frame; `mark(1)` between codegen and decode."""
+        overlapped = self.frame_graphs.get((rows, self.codegen.sampling))
+        if overlapped is not None:
+            codes, done, pcm = overlapped()
+            if mark is not None:
+                mark(1)
+            return codes, done, pcm
+        codes, done = self.codegen_step(rows)
+        if mark is not None:
+            mark(1)
+        return codes, done, self.decode_step(codes[:, :, None], state)
 
     def codegen_step(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
         gen = self.codegen

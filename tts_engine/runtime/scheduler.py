@@ -5,7 +5,7 @@ Contract:
   bottom; each iteration calls `CodeGenerator.step(highest_active_slot + 1)` once (the one call site
   of the talker/predictor step) and decodes the new frame of every row with `CodecDecoder.step` at a
   fixed one-frame granularity (the one call site of the decoder step). Rows of free slots inside that
-  range are computed and ignored (fixed shapes; CUDA graphs wrap both calls later).
+  range are computed and ignored (fixed shapes; runtime/cuda_graphs.StepGraphs runs both, graphed per row bucket).
 - Between two steps the worker takes new admissions, and drops streams whose consumer cancelled
   (a flag set by the consumer), so a cancelled stream's GPU work stops within one frame step.
 - There is one host sync per step: codes, done flags and int16 PCM of all rows are copied out together.
@@ -223,9 +223,7 @@ class Scheduler:
         timer = self._timer
         rows = self.graphs.rows_for(n_rows)  # the graph bucket; rows past n_rows are free slots, ignored
         timer.mark(0)
-        codes, done = self.graphs.codegen_step(rows)
-        timer.mark(1)
-        pcm = self.graphs.decode_step(codes[:, :, None], self._state_rows(rows))
+        codes, done, pcm = self.graphs.frame_step(rows, self._state_rows(rows), timer.mark)  # marks 1 in between
         timer.mark(2)
         codes, done = codes[:n_rows], done[:n_rows]
         pcm16, nonfinite = pcm_to_int16(pcm[:n_rows])
