@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,3 +35,30 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("tiny_ckpt") / "Qwen3-TTS-tiny"
     make_checkpoint("tiny", out, seed=0)
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_checkpoint: Path) -> Any:
+    """The tiny checkpoint loaded once per session (CPU, fp32); engines in tests share its weights."""
+    from tts_engine.model.loader import load_model
+
+    return load_model(tiny_checkpoint, device="cpu", dtype="float32")
+
+
+@pytest.fixture
+def make_engine(tiny_model: Any, tiny_checkpoint: Path) -> Iterator[Callable[..., Any]]:
+    """Build engines over the shared tiny model with EngineConfig overrides; all are closed afterwards."""
+    from tts_engine.config import EngineConfig
+    from tts_engine.engine import Engine
+
+    engines: list[Engine] = []
+
+    def make(**overrides: Any) -> Engine:
+        config = dataclasses.replace(EngineConfig.from_env({}), model_dir=str(tiny_checkpoint), device="cpu")
+        engine = Engine(tiny_model, dataclasses.replace(config, **overrides))
+        engines.append(engine)
+        return engine
+
+    yield make
+    for engine in engines:
+        engine.close()

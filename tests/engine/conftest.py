@@ -1,9 +1,9 @@
-"""Engine fixtures: the tiny checkpoint loaded once; engines with different configs share its weights."""
+"""Engine fixtures: one engine per module over the shared tiny model (tests/conftest.py has make_engine)."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,28 +11,6 @@ import pytest
 
 from tts_engine.config import EngineConfig
 from tts_engine.engine import Engine
-
-
-@pytest.fixture(scope="session")
-def tiny_model(tiny_checkpoint: Path) -> Any:
-    from tts_engine.model.loader import load_model
-
-    return load_model(tiny_checkpoint, device="cpu", dtype="float32")
-
-
-@pytest.fixture
-def make_engine(tiny_model: Any, tiny_checkpoint: Path) -> Iterator[Callable[..., Engine]]:
-    engines: list[Engine] = []
-
-    def make(**overrides: Any) -> Engine:
-        config = dataclasses.replace(EngineConfig.from_env({}), model_dir=str(tiny_checkpoint), device="cpu")
-        engine = Engine(tiny_model, dataclasses.replace(config, **overrides))
-        engines.append(engine)
-        return engine
-
-    yield make
-    for engine in engines:
-        engine.close()
 
 
 @pytest.fixture(scope="module")
