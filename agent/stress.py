@@ -49,7 +49,7 @@ from agent.config import AgentConfig
 from agent.fake_openai import FakeOpenAIServer, Script
 from agent.output import FrameRecord
 from agent.simulate import WavMicrophone, espeak_pcm, load_backend, load_vad
-from agent.voice import Call
+from agent.voice import Call, tune_runtime
 
 logger = logging.getLogger("agent.stress")
 
@@ -393,11 +393,19 @@ def summarize(
         idx = [t.index for t in turns]
         mem = [t.rss_mb for t in turns]
         slope = float(np.polyfit(idx, mem, 1)[0]) if len(turns) >= 2 else 0.0
+        half = len(turns) // 2
+        slope_late = float(np.polyfit(idx[half:], mem[half:], 1)[0]) if len(turns) - half >= 2 else 0.0
+        first_call = [t.rss_mb for t in turns if t.call == 1]
+        if first_call and len(first_call) < len(turns):
+            rss["after_first_call"] = first_call[-1]
+            rss["growth_after_first_call"] = round(rss["end"] - first_call[-1], 2)
         window = min(100, len(turns) // 2)
         summary.update(
             turns_per_call=opts.turns_per_call or opts.count,
             barge_every=opts.barge_every,
             rss_slope_kb_per_turn=round(slope * 1024.0, 3),
+            # the second half alone: a still-climbing allocator high-water mark vs. a steady leak
+            rss_slope_kb_per_turn_second_half=round(slope_late * 1024.0, 3),
             p95_drift={
                 "e2e_ms": _drift([t.e2e_ms for t in turns], window),
                 "tts_first_to_publish_ms": _drift([t.tts_first_to_publish_ms for t in turns], window),
@@ -572,6 +580,7 @@ def main(argv: list[str] | None = None) -> int:
         partial_path=out / f"{mode}.partial.json",
     )
     backend, engine = load_backend(args, out)
+    tune_runtime()  # as the worker's prewarm and the simulator do (GIL switch interval, gc.freeze)
     device = "remote" if engine is None else str(engine.stats().get("device_name", "?"))
     try:
         vad = load_vad(cfg)
