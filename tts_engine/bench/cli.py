@@ -143,8 +143,9 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     parts = workdir / "parts"
     _subrun(["ours", *common, "--runs", str(args.runs), "--json", str(parts / "ours.json")], "ours (graphs on)")
     eager_runs = args.eager_runs or args.runs
-    _subrun(["ours", "--eager", *common, "--runs", str(eager_runs), "--json", str(parts / "ours_eager.json")],
-            "ours (eager)")
+    eager_common = [*common[: common.index("--warmup") + 1], "1", *common[common.index("--warmup") + 2 :]]
+    _subrun(["ours", "--eager", *eager_common, "--runs", str(eager_runs), "--json", str(parts / "ours_eager.json")],
+            "ours (eager, 1 warm-up run)")
     peer = None
     if not args.skip_peer:
         _subrun(["peer", *common, "--runs", str(args.runs), "--peer-modes", args.peer_modes,
