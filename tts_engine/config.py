@@ -31,6 +31,7 @@ KNOWN_TTS_VARIABLES = (
     "TTS_CODEGEN_CUDAGRAPH_TALKER",
     "TTS_CODEGEN_CUDAGRAPH_CP",
     "TTS_DECODER_CUDAGRAPH",
+    "TTS_CUDA_FUSION",  # runtime/fusion.py: 0 turns the torch.compile fusion off (A/B, diagnosis)
     "TTS_CODE_DUMP_ENABLE",
     "TTS_CODE_DUMP_DIR",
     "TTS_REGRESSION_BASELINE",

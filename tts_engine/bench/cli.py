@@ -160,9 +160,12 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     results_dir = Path(args.results_dir)
     name = device_slug(device) + ("" if args.preset == "0.6b" else f"_{args.preset}")
     write_json(results_dir / f"{name}.json", result)
-    (results_dir / "RESULTS.md").write_text(render_results_md(results_dir), encoding="utf-8")
+    # the committed table lives beside the results folder (tts_engine/bench/RESULTS.md); elsewhere, inside it
+    md_path = RESULTS_DIR.parent / "RESULTS.md" if results_dir.resolve() == RESULTS_DIR.resolve() else (
+        results_dir / "RESULTS.md")
+    md_path.write_text(render_results_md(results_dir), encoding="utf-8")
     print(render_summary(result))
-    print(f"[bench] wrote {results_dir / (name + '.json')} and RESULTS.md")
+    print(f"[bench] wrote {results_dir / (name + '.json')} and {md_path}")
     return result
 
 
@@ -242,6 +245,7 @@ def render_results_md(results_dir: Path) -> str:
            "this file; each table is one same-run comparison on one GPU. TTFA = request -> first PCM on the host;",
            "RTF = stream wall time / audio duration (lower is faster). Random-weight checkpoints built in place,",
            "fixed frame count per run, batch 1, in-process.", ""]
+    notes = results_dir / "notes.md"  # hand-written analysis kept beside the generated tables
     for path in sorted(results_dir.glob("*.json")):
         result = json.loads(path.read_text())
         out += [f"## {path.name}: {result['device']}, preset {result['preset']}, {result['date']}", "",
@@ -253,6 +257,8 @@ def render_results_md(results_dir: Path) -> str:
         out += ["", f"Speedup over the peer at chunk 8: RTF x{result['speedup_rtf']}, TTFA x{result['speedup_ttfa']}.",
                 "Targets: " + ", ".join(f"{k} {'pass' if v else ('n/a' if v is None else 'MISS')}"
                                         for k, v in result["targets"].items()) + ".", ""]
+    if notes.is_file():
+        out += [notes.read_text(encoding="utf-8").rstrip(), ""]
     return "\n".join(out)
 
 
