@@ -45,27 +45,10 @@ def import_qwen_tts() -> Any:
             "the parity reference qwen-tts-hf is not installed; run scripts/setup.sh "
             "(it installs qwen-tts-hf==0.1.1.post1 with --no-deps)"
         ) from exc
-    _patch_rope_default()
+    from tts_engine.bench.peer import patch_rope_default  # the same shim the GPU peer bench needs
+
+    patch_rope_default()
     return qwen_tts
-
-
-def _patch_rope_default() -> None:
-    from transformers import modeling_rope_utils
-
-    registry = modeling_rope_utils.ROPE_INIT_FUNCTIONS
-    original = registry.get("default")
-    if original is None or getattr(original, "_parity_patched", False):
-        return
-
-    def default_rope(config: Any, *args: Any, **kwargs: Any) -> Any:
-        if not hasattr(config, "rope_theta"):
-            params = getattr(config, "rope_parameters", None) or {}
-            if "rope_theta" in params:
-                config.rope_theta = params["rope_theta"]
-        return original(config, *args, **kwargs)
-
-    default_rope._parity_patched = True  # type: ignore[attr-defined]
-    registry["default"] = default_rope
 
 
 def load_official(model_dir: str | Path) -> Any:

@@ -91,14 +91,15 @@ def import_peer() -> Any:
             f"the peer {PEER_NAME}=={PEER_VERSION} is not importable ({exc}); on the GPU machine install the "
             "carried wheels first: pip install --no-index --no-deps --target /tmp/site .whl/*.whl"
         ) from exc
-    _patch_rope_default()
+    patch_rope_default()
     version = getattr(faster_qwen3_tts, "__version__", "?")
     if version != PEER_VERSION:
         print(f"[peer] warning: expected {PEER_NAME} {PEER_VERSION}, found {version}", file=sys.stderr)
     return faster_qwen3_tts
 
 
-def _patch_rope_default() -> None:
+def patch_rope_default() -> None:
+    """Let qwen_tts's rope registry entry read rope_theta from rope_parameters (transformers 5.17-5.20)."""
     from transformers import modeling_rope_utils
 
     registry = modeling_rope_utils.ROPE_INIT_FUNCTIONS
