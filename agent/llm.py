@@ -3,7 +3,7 @@
 - `build_llm(cfg)`: `openai.LLM(model=LLM_MODEL, base_url=LLM_BASE_URL, api_key, temperature=LLM_TEMPERATURE,
   max_completion_tokens=LLM_MAX_TOKENS)`, thinking off through `extra_body.chat_template_kwargs`
   (vLLM's way to switch Qwen3 templates; a thinking model would hold its first spoken token back for
-  seconds), httpx read timeout `LLM_TIMEOUT_S` (the plugin's 5 s default is too tight for a long prefill).
+  seconds), httpx2 read timeout `LLM_TIMEOUT_S` (the plugin's 5 s default is too tight for a long prefill).
   Chat history across turns is the framework's `chat_ctx`, which keeps user and assistant messages.
 - `stream_with_continuation(...)`: when an answer is cut by the token cap (usage.completion_tokens ==
   max tokens) and `ENABLE_CONTINUATION` is on, a second request resumes it. It sends the partial answer
@@ -18,7 +18,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import httpx
+import httpx2  # the fork livekit-plugins-openai and openai 3.x are built on
 from livekit.agents import APIConnectOptions, llm
 from livekit.plugins import openai as lk_openai
 
@@ -31,7 +31,7 @@ CONTINUE_FINAL: dict[str, Any] = {**THINKING_OFF, "continue_final_message": True
 
 
 def build_llm(cfg: AgentConfig, *, continuation: bool = False) -> lk_openai.LLM:
-    timeout = httpx.Timeout(connect=min(5.0, cfg.llm_timeout_s), read=cfg.llm_timeout_s, write=5.0, pool=5.0)
+    timeout = httpx2.Timeout(connect=min(5.0, cfg.llm_timeout_s), read=cfg.llm_timeout_s, write=5.0, pool=5.0)
     return lk_openai.LLM(
         model=cfg.llm_model,
         base_url=cfg.llm_base_url,
