@@ -20,6 +20,8 @@ class AgentConfig:
     stt_base_url: str = "http://127.0.0.1:8000/v1"
     stt_model: str = "qwen3-omni"
     llm_max_tokens: int = 150
+    http_port: int = 8081  # the worker's health server (GET / and /worker); start_all probes it
+    llm_max_history_items: int = 24  # chat items sent per request; older turns are dropped (prompt stays short)
     llm_temperature: float = 0.3
     vad_silence_ms: int = 200
     tts_frame_ms: int = 20
@@ -65,6 +67,8 @@ class AgentConfig:
             stt_base_url=env.str("STT_BASE_URL", env.str("LLM_BASE_URL", "http://127.0.0.1:8000/v1")),
             stt_model=env.str("STT_MODEL", env.str("LLM_MODEL", "qwen3-omni")),
             llm_max_tokens=env.int("LLM_MAX_TOKENS", 150, lo=1, hi=8192),
+            http_port=env.int("AGENT_HTTP_PORT", 8081, lo=0, hi=65535),
+            llm_max_history_items=env.int("LLM_MAX_HISTORY_ITEMS", 24, lo=2, hi=10_000),
             llm_temperature=env.float("LLM_TEMPERATURE", 0.3, lo=0.0, hi=2.0),
             vad_silence_ms=env.int("VAD_SILENCE_MS", 200, lo=50, hi=5000),
             tts_frame_ms=int(env.choice("TTS_FRAME_MS", "20", ("10", "20", "40"))),

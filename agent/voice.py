@@ -45,7 +45,7 @@ from livekit.agents.voice.agent_session import SessionConnectOptions
 from agent.config import AgentConfig
 from agent.duplex import DuplexController, Reply
 from agent.engine_client import TTSBackend
-from agent.llm import build_llm, stream_with_continuation
+from agent.llm import build_llm, history_for_request, stream_with_continuation
 from agent.output import FrameRecord, RtcAudioOutput
 from agent.stt import OmniSTT, STTObserver
 from agent.tracing import TraceCollector
@@ -128,7 +128,7 @@ class VoiceAgent(Agent):
             async for chunk in stream_with_continuation(
                 call.llm,
                 call.llm_continuation,
-                chat_ctx=chat_ctx,
+                chat_ctx=history_for_request(chat_ctx, call.cfg.llm_max_history_items),
                 tools=tools,
                 conn_options=call.session.conn_options.llm_conn_options,
                 max_tokens=call.cfg.llm_max_tokens,

@@ -111,6 +111,7 @@ def build_options(cfg: AgentConfig) -> WorkerOptions:
         num_idle_processes=cfg.num_idle_processes,
         initialize_process_timeout=cfg.init_timeout_s,
         agent_name=cfg.agent_name,
+        port=cfg.http_port,
         ws_url=cfg.livekit_url or None,
         api_key=cfg.livekit_api_key or None,
         api_secret=cfg.livekit_api_secret or None,

@@ -75,3 +75,18 @@ async def test_capped_answer_without_continuation_stops() -> None:
         text = await collect(config(server.base_url, llm_max_tokens=4), context(("user", "hi")), continuation=False)
     assert text == "one two three four "
     assert len(server.requests) == 1
+
+
+def test_history_for_request_keeps_instructions_and_the_last_items() -> None:
+    from livekit.agents import llm
+
+    from agent.llm import history_for_request
+
+    ctx = llm.ChatContext()
+    ctx.add_message(role="system", content="be brief")
+    for i in range(30):
+        ctx.add_message(role="user" if i % 2 == 0 else "assistant", content=f"m{i}")
+    sent = history_for_request(ctx, max_items=4)
+    texts = [item.text_content for item in sent.items]
+    assert texts == ["be brief", "m26", "m27", "m28", "m29"]
+    assert len(ctx.items) == 31  # the session's own history is untouched
