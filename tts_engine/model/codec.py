@@ -22,7 +22,6 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors import safe_open
 from torch import nn
 
 from tts_engine.errors import CheckpointError
@@ -37,6 +36,7 @@ from tts_engine.model.codec_layers import (
     Weights,
 )
 from tts_engine.model.codec_transformer import PreTransformer
+from tts_engine.model.weights_io import read_checked_tensors
 
 
 @dataclass
@@ -127,23 +127,7 @@ class CodecDecoder(nn.Module):
         if not weights_path.is_file():
             raise CheckpointError(f"{weights_path}: file missing")
         expected = decoder_tensor_shapes(cfg)
-        tensors: dict[str, torch.Tensor] = {}
-        try:
-            with safe_open(str(weights_path), framework="pt", device="cpu") as handle:
-                present = set(handle.keys())
-                for name, shape in expected.items():
-                    if name not in present:
-                        raise CheckpointError(f"{weights_path}: tensor {name} missing (expected shape {list(shape)})")
-                    tensor = handle.get_tensor(name)
-                    if tuple(tensor.shape) != shape:
-                        raise CheckpointError(
-                            f"{weights_path}: tensor {name} has shape {list(tensor.shape)}, expected {list(shape)}"
-                        )
-                    tensors[name] = tensor.to(device=device, dtype=torch.float32)
-        except CheckpointError:
-            raise
-        except Exception as exc:  # a truncated or foreign file
-            raise CheckpointError(f"{weights_path}: not a readable safetensors file ({exc})") from None
+        tensors = read_checked_tensors(weights_path, expected, device, torch.float32)
         with torch.no_grad():
             model = cls(tensors.__getitem__, cfg)
         return model.eval()

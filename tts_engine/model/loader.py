@@ -20,6 +20,7 @@ from tts_engine.model.config import ModelConfig
 from tts_engine.model.predictor import CodePredictor
 from tts_engine.model.talker import Talker, TTSWeights
 from tts_engine.model.tokenizer import TextTokenizer
+from tts_engine.model.weights_io import read_checked_tensors
 
 if TYPE_CHECKING:
     from tts_engine.model.codec import CodecDecoder
@@ -59,38 +60,15 @@ class LoadedModel:
     model_dir: Path
 
 
-def _fmt(shape: tuple[int, ...] | list[int]) -> str:
-    return "[" + ", ".join(str(d) for d in shape) + "]"
-
-
 def load_talker_weights(model_dir: Path, cfg: ModelConfig, device: torch.device, dtype: torch.dtype) -> TTSWeights:
     """Build the module tree on the meta device, check every tensor's presence and shape, then load for real."""
-    from safetensors import safe_open
-
     path = model_dir / WEIGHTS_FILE
     if not path.is_file():
         raise CheckpointError(f"{path}: required weights file is missing")
     with torch.device("meta"):
         root = TTSWeights(cfg)
     expected = {name: tuple(t.shape) for name, t in root.state_dict().items()}
-    tensors: dict[str, torch.Tensor] = {}
-    try:
-        with safe_open(str(path), framework="pt", device="cpu") as f:
-            present = set(f.keys())
-            for name, shape in expected.items():
-                if name not in present:
-                    raise CheckpointError(f"{path}: missing tensor {name!r} (expected shape {_fmt(shape)})")
-                actual = tuple(f.get_slice(name).get_shape())
-                if actual != shape:
-                    raise CheckpointError(
-                        f"{path}: tensor {name!r} has shape {_fmt(actual)}, expected {_fmt(shape)}"
-                    )
-            for name in expected:
-                tensors[name] = f.get_tensor(name).to(device=device, dtype=dtype)
-    except CheckpointError:
-        raise
-    except Exception as exc:  # truncated or foreign file
-        raise CheckpointError(f"{path}: cannot read safetensors ({type(exc).__name__}: {exc})") from exc
+    tensors = read_checked_tensors(path, expected, device, dtype)
     root.load_state_dict(tensors, strict=True, assign=True)
     return root.eval().requires_grad_(False)
 

@@ -1,0 +1,40 @@
+"""Read a safetensors file against the tensor names and shapes a module tree expects.
+
+Shared by the talker loader and the codec loader: every expected tensor must be present with its exact
+shape (checked from the header before any tensor is read), otherwise `CheckpointError` names the file,
+the tensor and both shapes. Extra tensors (e.g. the unused Mimi encoder) are ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+from tts_engine.errors import CheckpointError
+
+
+def _fmt(shape: tuple[int, ...]) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def read_checked_tensors(
+    path: Path, expected: Mapping[str, tuple[int, ...]], device: torch.device | str, dtype: torch.dtype
+) -> dict[str, torch.Tensor]:
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            present = set(f.keys())
+            for name, shape in expected.items():
+                if name not in present:
+                    raise CheckpointError(f"{path}: tensor {name} missing (expected shape {_fmt(shape)})")
+                actual = tuple(f.get_slice(name).get_shape())
+                if actual != tuple(shape):
+                    raise CheckpointError(f"{path}: tensor {name} has shape {_fmt(actual)}, expected {_fmt(shape)}")
+            return {name: f.get_tensor(name).to(device=device, dtype=dtype) for name in expected}
+    except CheckpointError:
+        raise
+    except Exception as exc:  # a truncated or foreign file
+        raise CheckpointError(f"{path}: not a readable safetensors file ({type(exc).__name__}: {exc})") from None
