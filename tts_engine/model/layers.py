@@ -8,7 +8,12 @@ Contract (facts: shared/reference/qwen3_tts.md §1.2, §6):
   * `prefill`: one sequence of T tokens at positions 0..T-1 into one cache row (causal attention);
   * `step`: one token per row, each row at its own position (a device tensor), keys masked by `mask`;
   * `static`: t tokens for every row at the same Python-int start position (code predictor).
-  None of them synchronises with the host, and `step`/`static` have fixed shapes for fixed inputs.
+  * `fixed`: t tokens for every row at positions given as a device tensor, attending over the whole cache
+    under a key mask (code predictor on CUDA: one shape for every pass, so one compiled kernel set).
+  None of them synchronises with the host, and `step`/`static`/`fixed` have fixed shapes for fixed inputs.
+- Attention math: `scaled_dot_product_attention`, or with `Attention.reduce_attention` set (the CUDA fusion
+  sets it) `attend_by_reduction`, the same softmax attention written as plain reductions so that the
+  compiler fuses it into a couple of small kernels (SDPA launches one ~16 us flash kernel even for 16 keys).
 - `rope_table` gives fp32 cos/sin rows exactly as the official rotary module computes them; they are cast to the
   activation dtype before being applied.
 """
@@ -56,6 +61,20 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + _rotate_half(x) * sin
 
 
+def attend_by_reduction(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, key_mask: torch.Tensor,
+                        groups: int) -> torch.Tensor:
+    """Exact softmax attention as reductions, computed in fp32: q [B, heads, t, D]; keys/values [B, kv, L, D]
+    (head h reads kv head h // groups); key_mask bool, broadcastable to [B, kv, groups, t, L], True = visible.
+    Returns [B, heads, t, D] in q's dtype."""
+    b, heads, t, d = q.shape
+    kv = keys.shape[1]
+    qg = q.float().reshape(b, kv, groups, t, 1, d)
+    scores = (qg * keys.float()[:, :, None, None]).sum(-1) * d**-0.5  # [B, kv, g, t, L]
+    probs = scores.masked_fill(~key_mask, float("-inf")).softmax(-1)
+    out = (probs[..., None] * values.float()[:, :, None, None]).sum(-2)  # [B, kv, g, t, D]
+    return out.reshape(b, heads, t, d).to(q.dtype)
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: StackConfig) -> None:
         super().__init__()
@@ -71,6 +90,7 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(width_q, cfg.hidden_size, bias=False)
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+        self.reduce_attention = False  # True: attend_by_reduction instead of SDPA for single-token queries
 
     def _qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """x [B, T, H] -> q [B, heads, T, D], k/v [B, kv_heads, T, D] with norm + RoPE applied to q and k."""
@@ -87,6 +107,10 @@ class Attention(nn.Module):
                               mask: torch.Tensor | None) -> torch.Tensor:
         """One query token per row: fold the query heads of a KV group into the query axis (exact GQA, no copies)."""
         b = q.shape[0]
+        if self.reduce_attention:
+            visible = mask.reshape(b, 1, 1, 1, -1) if mask is not None else torch.ones((), dtype=torch.bool,
+                                                                                        device=q.device)
+            return attend_by_reduction(q, keys, values, visible, self.groups)
         qg = q.reshape(b, self.num_kv_heads, self.groups, self.head_dim)
         out = F.scaled_dot_product_attention(qg, keys, values, attn_mask=mask)
         return out.reshape(b, self.num_heads, 1, self.head_dim)
@@ -130,6 +154,17 @@ class Attention(nn.Module):
         values = values.repeat_interleave(self.groups, dim=1)
         out = F.scaled_dot_product_attention(q, keys, values, is_causal=True)
         return self._out(out, b, t)
+
+
+    def fixed(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
+              v_cache: torch.Tensor, positions: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
+        """x [B, t, H] at `positions` [t] (long, device) for every row; cos/sin [t, D]; caches [B, kv_heads, L, D];
+        key_mask [t, L] bool (True = visible). Attends over the whole cache, so every call has the same shapes."""
+        b, t, _ = x.shape
+        q, k, v = self._qkv(x, cos, sin)
+        k_cache.index_copy_(2, positions, k)
+        v_cache.index_copy_(2, positions, v)
+        return self._out(attend_by_reduction(q, k_cache, v_cache, key_mask, self.groups), b, t)
 
 
 class MLP(nn.Module):
@@ -185,5 +220,12 @@ class DecoderStack(nn.Module):
                v_cache: torch.Tensor, start: int) -> torch.Tensor:
         for i, layer in enumerate(self.layers):
             a = layer.self_attn.static(layer.input_layernorm(x), cos, sin, k_cache[i], v_cache[i], start)
+            x = layer.finish(x, a)
+        return self.norm(x)
+
+    def fixed(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
+              v_cache: torch.Tensor, positions: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
+        for i, layer in enumerate(self.layers):
+            a = layer.self_attn.fixed(layer.input_layernorm(x), cos, sin, k_cache[i], v_cache[i], positions, key_mask)
             x = layer.finish(x, a)
         return self.norm(x)

@@ -6,6 +6,9 @@ a fresh 16-position KV cache: a 2-token prefill (talker's final-normed hidden, e
 codec table) picks c1 with lm_head[0]; step j embeds c_j with codec_embedding[j-1] and picks c_{j+1} with
 lm_head[j]. Every pass has a fixed shape and Python-int positions, so the loop is CUDA-graph capturable.
 Which token is picked is the caller's `sample(pass_index, logits_fp32)` (pass 1..15).
+After `use_fixed_positions(device)` (the CUDA fusion calls it) the passes run `DecoderStack.fixed`: positions and
+key masks are device tensors and every pass attends over all 16 cache positions under its mask, so all 14
+single-token passes share one shape (and one set of compiled kernels). Same function, fp32 attention math.
 """
 
 from __future__ import annotations
@@ -45,6 +48,21 @@ class CodePredictor(nn.Module):
             )
         else:
             self.small_to_mtp_projection = nn.Identity()
+        self._fixed: tuple[torch.Tensor, torch.Tensor] | None = None  # (positions [16], causal mask [16, 16])
+
+    def use_fixed_positions(self, device: torch.device) -> None:
+        positions = torch.arange(PREDICTOR_POSITIONS, device=device)
+        self._fixed = (positions, positions[None, :] <= positions[:, None])
+
+    def _pass(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
+              v_cache: torch.Tensor, start: int) -> torch.Tensor:
+        """Hidden states of the tokens x [B, t, H] at positions start..start+t-1."""
+        end = start + x.shape[1]
+        if self._fixed is None:
+            return self.model.static(x, cos[start:end], sin[start:end], k_cache, v_cache, start)
+        positions, causal = self._fixed
+        return self.model.fixed(x, cos[start:end], sin[start:end], k_cache, v_cache, positions[start:end],
+                                causal[start:end])
 
     def generate(self, past_hidden: torch.Tensor, c0_embed: torch.Tensor, k_cache: torch.Tensor,
                  v_cache: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -53,11 +71,11 @@ class CodePredictor(nn.Module):
 
         Returns codes [B, num_code_groups-1] (c1..c15)."""
         x = self.small_to_mtp_projection(torch.stack((past_hidden, c0_embed), dim=1))
-        h = self.model.static(x, cos[:2], sin[:2], k_cache, v_cache, 0)
+        h = self._pass(x, cos, sin, k_cache, v_cache, 0)
         codes = [sample(1, self.lm_head[0](h[:, -1]).float())]
         for j in range(1, self.num_code_groups - 1):
             x = self.small_to_mtp_projection(self.model.codec_embedding[j - 1](codes[-1])[:, None])
-            h = self.model.static(x, cos[j + 1 : j + 2], sin[j + 1 : j + 2], k_cache, v_cache, j + 1)
+            h = self._pass(x, cos, sin, k_cache, v_cache, j + 1)
             codes.append(sample(j + 1, self.lm_head[j](h[:, -1]).float()))
         return torch.stack(codes, dim=1)
 

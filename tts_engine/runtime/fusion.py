@@ -19,8 +19,16 @@ Contract:
 - Graph and eager engines in one process both use the fused model, so graphs on/off stay bit-identical.
   Fused results differ from the unfused model by bf16 rounding only (Inductor keeps fp32 inside a fused
   chain), like any kernel change.
+- Attention (parts `predictor_attention`, `talker_attention`): SDPA launches one ~16 us flash kernel per call
+  even for the predictor's 16 keys, ~1.6 ms of a 0.6B frame (H100 profile, docs/benchmarks.md). Instead the
+  code predictor runs `DecoderStack.fixed` (positions and key masks as device tensors, one shape for all
+  passes) and the talker's single-token step uses `attend_by_reduction`; the whole `Attention.fixed` /
+  `Attention.step` (projections, norms, RoPE, cache write, attention, output projection) is compiled, so the
+  attention becomes a couple of fused reduction kernels. fp32 attention math, like SDPA's accumulators.
 - Returns a status string for the engine stats; on any compile setup failure the model is left unfused.
-- `TTS_CUDA_FUSION=0` in the environment turns it off (diagnosis / A-B measurement).
+
+- `TTS_CUDA_FUSION` in the environment: `1` (default: every part), `0` (off: diagnosis / A-B measurement),
+  or a comma list of parts out of `layers`, `predictor_attention`, `talker_attention`.
 """
 
 from __future__ import annotations
@@ -32,8 +40,26 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
+PARTS = ("layers", "predictor_attention", "talker_attention")
+
+
+def fusion_parts(value: str | None = None) -> tuple[str, ...]:
+    """The parts TTS_CUDA_FUSION asks for (`1`: all, `0`: none, or a comma list); unknown names are an error."""
+    raw = (os.environ.get("TTS_CUDA_FUSION", "1") if value is None else value).strip().lower()
+    if raw in ("1", "true", "yes", "on", ""):
+        return PARTS
+    if raw in ("0", "false", "no", "off"):
+        return ()
+    parts = tuple(p.strip() for p in raw.split(",") if p.strip())
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:
+        raise ValueError(f"TTS_CUDA_FUSION={raw!r}: unknown part(s) {', '.join(unknown)}; "
+                         f"allowed: 1, 0 or a comma list of {', '.join(PARTS)}")
+    return parts
+
+
 def fusion_enabled() -> bool:
-    return os.environ.get("TTS_CUDA_FUSION", "1").strip().lower() not in ("0", "false", "no", "off")
+    return bool(fusion_parts())
 
 
 def _concat_rows(linears: list[Any]) -> Any:
@@ -76,7 +102,8 @@ def fuse_model(model: Any) -> str:
     """Swap in compiled versions of the hot methods (CUDA models only). Returns 'on (N methods)' or 'off: why'."""
     if model.device.type != "cuda":
         return "off: device is not CUDA"
-    if not fusion_enabled():
+    parts = fusion_parts()
+    if not parts:
         return "off: TTS_CUDA_FUSION=0"
     try:
         import types
@@ -100,12 +127,28 @@ def fuse_model(model: Any) -> str:
     # Tried and left out (H100, 2026-11-23): compiling Attention.step/.static whole (predictor 3.95 -> 3.79 ms
     # but talker 2.75 -> 2.99 ms, RTF 0.094 -> 0.099, load +70 s), and the codec's SnakeBeta / ConvNeXt /
     # transformer (decoder 2.4 -> 1.8 ms, hidden anyway beside the talker half; SNR vs the plain decoder
-    # 77 dB, one-LSB graph/eager mismatches), so the codec runs exactly as written.
-    targets = ((RMSNorm, "forward"), (Attention, "_qkv"), (DecoderLayer, "finish"))
-    for module in model.talker.modules():  # the code predictor lives under the talker
-        for cls, name in targets:
-            if isinstance(module, cls):
-                setattr(module, name, torch.compile(getattr(module, name), dynamic=True))
-                count += 1
-    log.info("CUDA fusion: %d methods compiled lazily", count)
-    return f"on ({count} methods)"
+    # 77 dB, one-LSB graph/eager mismatches), so the codec runs exactly as written. Later the same day: compiling
+    # the predictor's whole 5-layer stack as one function (predictor 3.60 -> 3.79 ms), and cuDNN autotuning
+    # for the codec (decoder 2.42 -> 2.40 ms, but its workspaces took the process to 78 GiB reserved).
+    predictor_attention = {id(m) for m in model.predictor.modules() if isinstance(m, Attention)}
+    if "predictor_attention" in parts:
+        model.predictor.use_fixed_positions(model.device)
+    if "layers" in parts:
+        targets = ((RMSNorm, "forward"), (Attention, "_qkv"), (DecoderLayer, "finish"))
+        for module in model.talker.modules():  # the code predictor lives under the talker
+            for cls, name in targets:
+                if isinstance(module, cls):
+                    setattr(module, name, torch.compile(getattr(module, name), dynamic=True))
+                    count += 1
+    for module in model.talker.modules():
+        if not isinstance(module, Attention):
+            continue
+        if id(module) in predictor_attention and "predictor_attention" in parts:
+            module.fixed = torch.compile(module.fixed, dynamic=True)
+            count += 1
+        elif id(module) not in predictor_attention and "talker_attention" in parts:
+            module.reduce_attention = True
+            module.step = torch.compile(module.step, dynamic=True)
+            count += 1
+    log.info("CUDA fusion (%s): %d methods compiled lazily", ",".join(parts), count)
+    return f"on ({','.join(parts)}; {count} methods)"
