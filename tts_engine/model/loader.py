@@ -2,9 +2,12 @@
 
 Contract: `load_model(model_dir, device, dtype)` reads `config.json`, `generation_config.json`,
 `model.safetensors` (by real parameter names), the tokenizer files and `speech_tokenizer/`; talker and predictor
-go to `dtype` on `device`, the codec decoder is always fp32. Every problem raises `CheckpointError` with a
-one-line message naming the file and, for weights, the tensor and the expected vs actual shape. Tensors the
-CustomVoice path does not use (e.g. a Base model's `speaker_encoder.*`) are ignored.
+go to `dtype` on `device`, the codec decoder is always fp32. On CUDA the text embedding table (151,936 x 2,048,
+~0.58 GiB in bf16) stays in CPU memory: it is only read while a prompt is built, a few hundred rows per request,
+so it has no place in GPU memory (`Talker.embed_text` moves the looked-up rows).
+Every problem raises `CheckpointError` with a one-line message naming the file and, for weights, the tensor and
+the expected vs actual shape. Tensors the CustomVoice path does not use (e.g. a Base model's `speaker_encoder.*`)
+are ignored.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ if TYPE_CHECKING:
 
 WEIGHTS_FILE = "model.safetensors"
 SPEECH_TOKENIZER_DIR = "speech_tokenizer"
+#: read on the host only (prompt building): kept in CPU memory when the model runs on a GPU
+HOST_TENSORS = ("talker.model.text_embedding.weight",)
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
@@ -68,7 +73,8 @@ def load_talker_weights(model_dir: Path, cfg: ModelConfig, device: torch.device,
     with torch.device("meta"):
         root = TTSWeights(cfg)
     expected = {name: tuple(t.shape) for name, t in root.state_dict().items()}
-    tensors = read_checked_tensors(path, expected, device, dtype)
+    host = HOST_TENSORS if device.type == "cuda" else ()
+    tensors = read_checked_tensors(path, expected, device, dtype, host=host)
     root.load_state_dict(tensors, strict=True, assign=True)
     return root.eval().requires_grad_(False)
 

@@ -46,8 +46,11 @@ class Talker(nn.Module):
         self.code_predictor = CodePredictor(cfg)
 
     def embed_text(self, ids: torch.Tensor) -> torch.Tensor:
-        """Text-token ids [..., T] -> projected embeddings [..., T, H]."""
-        return self.text_projection(self.model.text_embedding(ids))
+        """Text-token ids [..., T] -> projected embeddings [..., T, H] on the projection's device. The embedding
+        table may live in CPU memory (the loader keeps it there on CUDA): rows are looked up where it is."""
+        table = self.model.text_embedding.weight
+        rows = F.embedding(ids.to(table.device), table)
+        return self.text_projection(rows.to(self.text_projection.linear_fc1.weight.device))
 
     def embed_codec(self, ids: torch.Tensor) -> torch.Tensor:
         return self.model.codec_embedding(ids)

@@ -2,12 +2,13 @@
 
 Shared by the talker loader and the codec loader: every expected tensor must be present with its exact
 shape (checked from the header before any tensor is read), otherwise `CheckpointError` names the file,
-the tensor and both shapes. Extra tensors (e.g. the unused Mimi encoder) are ignored.
+the tensor and both shapes. Extra tensors (e.g. the unused Mimi encoder) are ignored. Tensors named in
+`host` stay in CPU memory (in `dtype`) whatever `device` is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 import torch
@@ -20,7 +21,8 @@ def _fmt(shape: tuple[int, ...]) -> str:
 
 
 def read_checked_tensors(
-    path: Path, expected: Mapping[str, tuple[int, ...]], device: torch.device | str, dtype: torch.dtype
+    path: Path, expected: Mapping[str, tuple[int, ...]], device: torch.device | str, dtype: torch.dtype,
+    host: Collection[str] = (),
 ) -> dict[str, torch.Tensor]:
     from safetensors import safe_open
 
@@ -33,7 +35,8 @@ def read_checked_tensors(
                 actual = tuple(f.get_slice(name).get_shape())
                 if actual != tuple(shape):
                     raise CheckpointError(f"{path}: tensor {name} has shape {_fmt(actual)}, expected {_fmt(shape)}")
-            return {name: f.get_tensor(name).to(device=device, dtype=dtype) for name in expected}
+            return {name: f.get_tensor(name).to(device="cpu" if name in host else device, dtype=dtype)
+                    for name in expected}
     except CheckpointError:
         raise
     except Exception as exc:  # a truncated or foreign file
