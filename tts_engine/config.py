@@ -25,13 +25,14 @@ KNOWN_TTS_VARIABLES = (
     "TTS_DEEP_STREAM_DETERMINISTIC_POLICY",
     "TTS_DEEP_STREAM_SEED",
     "TTS_DEEP_STREAM_MAX_STREAMS",
+    "TTS_DEEP_STREAM_MAX_POSITIONS",
     "TTS_DEEP_STREAM_MAX_TEXT_CHARS",
     "TTS_DEEP_STREAM_MAX_BUFFER_SECONDS",
     "TTS_DEEP_STREAM_METRICS",
     "TTS_CODEGEN_CUDAGRAPH_TALKER",
     "TTS_CODEGEN_CUDAGRAPH_CP",
     "TTS_DECODER_CUDAGRAPH",
-    "TTS_CUDA_FUSION",  # runtime/fusion.py: 0 turns the torch.compile fusion off (A/B, diagnosis)
+    "TTS_CUDA_FUSION",  # runtime/fusion.py: 1 (all parts), 0 (off), or a comma list of parts (A/B, diagnosis)
     "TTS_CODE_DUMP_ENABLE",
     "TTS_CODE_DUMP_DIR",
     "TTS_REGRESSION_BASELINE",
@@ -62,6 +63,8 @@ class EngineConfig:
     deterministic_policy: str = "greedy"  # greedy | seeded
     seed: int = 42
     max_streams: int = 16  # concurrent stream slots (static cache batch size)
+    # talker KV positions per slot: prompt + frames of one stream (1024 ~ 75 s of speech); memory ~ slots x this
+    max_positions: int = 1024
     max_text_chars: int = 2000
     max_buffered_seconds: float = 600.0  # unread audio per stream before a slow consumer's stream is cancelled
     metrics: bool = True
@@ -87,6 +90,7 @@ class EngineConfig:
             deterministic_policy=env.choice("TTS_DEEP_STREAM_DETERMINISTIC_POLICY", "greedy", ("greedy", "seeded")),
             seed=env.int("TTS_DEEP_STREAM_SEED", 42, lo=0, hi=2**62),
             max_streams=env.int("TTS_DEEP_STREAM_MAX_STREAMS", 16, lo=1, hi=1024),
+            max_positions=env.int("TTS_DEEP_STREAM_MAX_POSITIONS", 1024, lo=128, hi=32768),
             max_text_chars=env.int("TTS_DEEP_STREAM_MAX_TEXT_CHARS", 2000, lo=1, hi=100_000),
             max_buffered_seconds=env.float("TTS_DEEP_STREAM_MAX_BUFFER_SECONDS", 600.0, lo=1.0, hi=86_400.0),
             metrics=env.bool("TTS_DEEP_STREAM_METRICS", True),
@@ -117,6 +121,7 @@ class EngineConfig:
             ("TTS_DEEP_STREAM_PACKET_TOKENS", self.packet_frames, 1),
             ("TTS_DEEP_STREAM_FIRST_PACKET_TOKENS", self.first_packet_frames, 1),
             ("TTS_DEEP_STREAM_MAX_STREAMS", self.max_streams, 1),
+            ("TTS_DEEP_STREAM_MAX_POSITIONS", self.max_positions, 128),
         ):
             if value < lo:
                 raise ConfigError(f"{name}={value} is out of range (allowed: >= {lo})")

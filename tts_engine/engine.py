@@ -90,7 +90,7 @@ class Engine:
         self.device: torch.device = model.device
         self.counters = EngineCounters()
         fusion = fuse_model(model)  # CUDA: compiled (fused) layer pieces, before any graph is captured
-        self.codegen = CodeGenerator(model, max_slots=config.max_streams)
+        self.codegen = CodeGenerator(model, max_slots=config.max_streams, max_seq_len=config.max_positions)
         self._dumper = CodeDumper(config.code_dump_dir) if config.code_dump_enable else None
         self._open: set[int] = set()  # id() of channels holding a reservation
         self._lock = threading.Lock()

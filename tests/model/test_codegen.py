@@ -114,10 +114,16 @@ def test_runaway_cap_tied_to_text_length(tiny_model: LoadedModel) -> None:
     assert long.max_frames == min(FRAMES_BASE + FRAMES_PER_TEXT_TOKEN * long.n_text_tokens,
                                   2048 - long.embeds.shape[0])
     small = CodeGenerator(tiny_model, max_slots=1, max_seq_len=64)
-    medium = small.prepare("hello world " * 3, "serena", "english")
+    medium = small.prepare("hello world", "serena", "english")
     assert medium.max_frames == 64 - medium.embeds.shape[0]  # bounded by the cache room
+    # a text whose expected speech cannot fit is refused up front, naming the variable that raises the room
+    with pytest.raises(TTSInputError, match="too long for one stream.*TTS_DEEP_STREAM_MAX_POSITIONS") as info:
+        small.prepare("hello world " * 3, "serena", "english")
+    assert info.value.field == "text"
+    # with an explicit frame cap only the prompt itself must fit
+    assert small.prepare("hello world " * 5, "serena", "english", max_frames=3).max_frames == 3
     with pytest.raises(TTSInputError, match="max_seq_len=64"):
-        small.prepare("hello world " * 20, "serena", "english")
+        small.prepare("hello world " * 40, "serena", "english", max_frames=3)
 
 
 def test_prompt_lengths_and_validation(tiny_model: LoadedModel) -> None:

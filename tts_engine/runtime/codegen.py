@@ -15,6 +15,9 @@ Contract (docs/model.md, INTERFACES.md):
 - Runaway cap: max_frames = min(HARD_CEILING_FRAMES, generation max_new_tokens - 1, max_seq_len - prompt_len,
   FRAMES_BASE + FRAMES_PER_TEXT_TOKEN * n_text_tokens); an explicit `max_frames` in prepare() replaces the
   text-length term (still bounded by the ceiling and the cache room).
+- Room: `max_seq_len` positions per slot hold the prompt and every frame. Without an explicit `max_frames`,
+  prepare() refuses (TTSInputError, field "text") a text whose prompt plus EXPECTED_FRAMES_PER_TEXT_TOKEN frames
+  per text token would not fit, instead of cutting its speech off at the end of the cache.
 - Seeded sampling uses counter-based Gumbel noise keyed by (seed, frame, pass, token): reproducible per stream and
   independent of batch composition (see model/sampling.py).
 """
@@ -40,6 +43,8 @@ HARD_CEILING_FRAMES = 2048
 #: runaway cap = FRAMES_BASE + FRAMES_PER_TEXT_TOKEN * text tokens (normal speech is ~3-4 frames per token)
 FRAMES_BASE = 50
 FRAMES_PER_TEXT_TOKEN = 8
+#: normal speech runs ~3 frames (240 ms) per text token; room is checked against this, with some margin
+EXPECTED_FRAMES_PER_TEXT_TOKEN = 4
 MIN_NEW_TOKENS = 2  # HF min_new_tokens of the official generate(): EOS masked for the first 2 frames
 
 
@@ -166,9 +171,17 @@ class CodeGenerator:
         if room < 1:
             raise TTSInputError(
                 f"text needs {embeds.shape[0]} prompt positions; this generator holds at most "
-                f"{self.max_seq_len - 1} plus one frame (max_seq_len={self.max_seq_len})", field="text"
+                f"{self.max_seq_len - 1} plus one frame (max_seq_len={self.max_seq_len}; "
+                "TTS_DEEP_STREAM_MAX_POSITIONS in the engine)", field="text"
             )
         if max_frames is None:
+            needed = embeds.shape[0] + EXPECTED_FRAMES_PER_TEXT_TOKEN * n_text
+            if needed > self.max_seq_len:
+                raise TTSInputError(
+                    f"text is too long for one stream: its {n_text} tokens need about {needed} positions (prompt "
+                    f"{embeds.shape[0]} + ~{EXPECTED_FRAMES_PER_TEXT_TOKEN} frames per token) and one stream holds "
+                    f"{self.max_seq_len}; split the text, or raise TTS_DEEP_STREAM_MAX_POSITIONS", field="text"
+                )
             cap = min(runaway_cap(n_text), self.cfg.generation.max_new_tokens - 1, room)
         elif max_frames < 1:
             raise ValueError(f"max_frames={max_frames} is not allowed; it must be >= 1")
