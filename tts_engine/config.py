@@ -63,8 +63,8 @@ class EngineConfig:
     deterministic_policy: str = "greedy"  # greedy | seeded
     seed: int = 42
     max_streams: int = 16  # concurrent stream slots (static cache batch size)
-    # talker KV positions per slot: prompt + frames of one stream (1024 ~ 75 s of speech); memory ~ slots x this
-    max_positions: int = 1024
+    # talker KV positions per slot: prompt + frames of one stream (768 ~ 55 s of speech); memory ~ slots x this
+    max_positions: int = 768
     max_text_chars: int = 2000
     max_buffered_seconds: float = 600.0  # unread audio per stream before a slow consumer's stream is cancelled
     metrics: bool = True
@@ -90,7 +90,7 @@ class EngineConfig:
             deterministic_policy=env.choice("TTS_DEEP_STREAM_DETERMINISTIC_POLICY", "greedy", ("greedy", "seeded")),
             seed=env.int("TTS_DEEP_STREAM_SEED", 42, lo=0, hi=2**62),
             max_streams=env.int("TTS_DEEP_STREAM_MAX_STREAMS", 16, lo=1, hi=1024),
-            max_positions=env.int("TTS_DEEP_STREAM_MAX_POSITIONS", 1024, lo=128, hi=32768),
+            max_positions=env.int("TTS_DEEP_STREAM_MAX_POSITIONS", 768, lo=128, hi=32768),
             max_text_chars=env.int("TTS_DEEP_STREAM_MAX_TEXT_CHARS", 2000, lo=1, hi=100_000),
             max_buffered_seconds=env.float("TTS_DEEP_STREAM_MAX_BUFFER_SECONDS", 600.0, lo=1.0, hi=86_400.0),
             metrics=env.bool("TTS_DEEP_STREAM_METRICS", True),

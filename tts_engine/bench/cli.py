@@ -54,6 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eager", action="store_true", help="ours: all CUDA graphs off")
     parser.add_argument("--max-streams", type=int, default=16,
                         help="ours: engine stream slots (default 16, the engine default; sizes the KV cache)")
+    parser.add_argument("--max-positions", type=int, default=768,
+                        help="ours: talker KV positions per slot (default 768, the engine default)")
     parser.add_argument("--peer-modes", default="chunk8,chunk1,offline", help="peer: comma-separated modes")
     parser.add_argument("--skip-peer", action="store_true", help="all: leave the peer out (not a valid comparison)")
     parser.add_argument("--results-dir", default=str(RESULTS_DIR), help="all: where <gpu>.json and RESULTS.md go")
@@ -75,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    for name in ("frames", "runs", "max_streams"):
+    for name in ("frames", "runs", "max_streams", "max_positions"):
         if getattr(args, name) < 1:
             raise BenchError(f"--{name}={getattr(args, name)} is out of range (allowed: >= 1)")
     if args.warmup < 0:
@@ -101,7 +103,7 @@ def _dispatch(args: argparse.Namespace) -> dict[str, Any]:
     parts = ("load", "codegen", "decoder", "stream") if args.mode == "ours" else ("load", args.mode)
     result = run_ours(model_dir, text=args.text, speaker=args.speaker, language=args.language,
                       frames=args.frames, runs=args.runs, warmup=args.warmup, eager=args.eager, parts=parts,
-                      max_streams=args.max_streams)
+                      max_streams=args.max_streams, max_positions=args.max_positions)
     print(format_table([result["summary"]], list(result["summary"])))
     return result
 
@@ -138,7 +140,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     workdir = Path(args.workdir)
     model_dir = args.model_dir or str(ensure_checkpoint(args.preset, workdir))
     common = ["--model-dir", model_dir, "--frames", str(args.frames), "--warmup", str(args.warmup),
-              "--max-streams", str(args.max_streams),
+              "--max-streams", str(args.max_streams), "--max-positions", str(args.max_positions),
               "--text", args.text, "--speaker", args.speaker, "--language", args.language]
     parts = workdir / "parts"
     _subrun(["ours", *common, "--runs", str(args.runs), "--json", str(parts / "ours.json")], "ours (graphs on)")

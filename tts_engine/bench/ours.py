@@ -40,14 +40,14 @@ def _force_fixed_frames(frames: int) -> None:
     codegen.MIN_NEW_TOKENS = frames  # type: ignore[attr-defined]
 
 
-def load_engine(model_dir: str, *, eager: bool, max_streams: int) -> tuple[Any, float]:
+def load_engine(model_dir: str, *, eager: bool, max_streams: int, max_positions: int = 768) -> tuple[Any, float]:
     import torch
 
     from tts_engine.config import EngineConfig
     from tts_engine.engine import Engine
 
     config = EngineConfig(
-        model_dir=model_dir, device="cuda", max_streams=max_streams,
+        model_dir=model_dir, device="cuda", max_streams=max_streams, max_positions=max_positions,
         cudagraph_talker=not eager, cudagraph_predictor=not eager, cudagraph_decoder=not eager,
     )
     torch.cuda.synchronize()
@@ -202,14 +202,15 @@ def measure_stream(engine: Any, text: str, speaker: str, language: str, frames: 
 
 
 def run_ours(model_dir: str, *, text: str, speaker: str, language: str, frames: int, runs: int, warmup: int,
-             eager: bool, parts: tuple[str, ...], max_streams: int = 16) -> dict[str, Any]:
+             eager: bool, parts: tuple[str, ...], max_streams: int = 16, max_positions: int = 768) -> dict[str, Any]:
     import torch
 
     _force_fixed_frames(frames)
-    engine, load_s = load_engine(model_dir, eager=eager, max_streams=max_streams)
+    engine, load_s = load_engine(model_dir, eager=eager, max_streams=max_streams, max_positions=max_positions)
     try:
         result: dict[str, Any] = {"eager": eager, "frames": frames, "runs": runs, "warmup": warmup,
-                                  "max_streams": max_streams, "load_s": round(load_s, 3)}
+                                  "max_streams": max_streams, "max_positions": max_positions,
+                                  "load_s": round(load_s, 3)}
         if "codegen" in parts or "decoder" in parts:
             result["steps"] = measure_steps(engine, text, speaker, language, steps=max(runs, 50), warmup=warmup + 2)
         if "codegen" in parts:

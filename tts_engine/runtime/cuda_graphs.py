@@ -159,8 +159,9 @@ class StepGraphs:
     - Anything not captured (switch off, CPU, capture failure, a sampling variant not captured) runs eagerly
       and is counted in `stats.fallback_reasons`.
     - With all three switches on, `frame_step` replays one graph per (bucket, sampling) that overlaps the
-      decoder with the talker half: predictor half -> fork: {talker half on the main stream, decoder step of
-      the frame's codes on a side stream} -> join. The two branches touch disjoint state, so the result is
+      decoder with the talker half (no separate `CodeGenerator.step` graph is then captured for that bucket):
+      predictor half -> fork: {talker half on the main stream, decoder step of the frame's codes on a side
+      stream} -> join. The two branches touch disjoint state, so the result is
       the same as running them one after the other (the eager path), only shorter. The scheduler's step
       timer then reports the whole overlapped step as codegen time (decode_ms ~ 0).
     """
@@ -229,6 +230,8 @@ class StepGraphs:
                 if overlap:
                     self._try(self.frame_graphs, (rows, sampling), f"frame_step[{tag}]",
                               self._overlapped_frame(rows, sampling, state_rows(rows), side), (), common)
+                    if (rows, sampling) in self.frame_graphs:
+                        continue  # the overlapped graph replaces codegen.step at this bucket (less capture, memory)
                 if self.want_talker and self.want_predictor:
                     self._try(self.codegen_graphs, (rows, sampling), f"codegen.step[{tag}]",
                               lambda r=rows, s=sampling: gen.step(r, sampling=s), (), common)
