@@ -49,7 +49,7 @@ from agent.config import AgentConfig
 from agent.fake_openai import FakeOpenAIServer, Script
 from agent.output import FrameRecord
 from agent.simulate import WavMicrophone, espeak_pcm, load_backend, load_vad
-from agent.voice import Call, tune_runtime
+from agent.voice import Call, release_free_memory, tune_runtime
 
 logger = logging.getLogger("agent.stress")
 
@@ -124,6 +124,18 @@ def rss_mb() -> float:
     with open("/proc/self/statm") as fh:
         resident_pages = int(fh.read().split()[1])
     return resident_pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def rss_parts_mb() -> dict[str, float]:
+    """Resident memory by kind (/proc/self/status): anonymous (heaps: what a leak grows) and file-backed
+    (library code and mapped files paged in as new code paths run)."""
+    parts: dict[str, float] = {}
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            key, _, value = line.partition(":")
+            if key in ("RssAnon", "RssFile"):
+                parts[key.lower().replace("rss", "")] = round(int(value.split()[0]) / 1024.0, 2)
+    return parts
 
 
 def _pct(values: list[float]) -> dict[str, float | int | None]:
@@ -490,6 +502,7 @@ async def run(opts: StressOptions, backend: Any, engine: Any, vad: Any) -> tuple
     threads_start = threading.active_count()
     gc.collect()
     rss_start = rss_mb()
+    parts_start = rss_parts_mb()
     t0 = time.perf_counter()
     runner = Runner(opts, backend, engine, vad)
     try:
@@ -497,6 +510,9 @@ async def run(opts: StressOptions, backend: Any, engine: Any, vad: Any) -> tuple
         for call_no, plan in enumerate(_plan(opts), 1):
             runner._say(f"call {call_no}: {len(plan)} turns ({sum(plan)} cut)")
             await runner.run_call(call_no, plan, index)
+            # a worker's job ends here: the call's objects are garbage now; hand their pages back as Call.aclose does
+            gc.collect()
+            release_free_memory()
             index += len(plan)
             if opts.partial_path is not None:  # a run cut short by a time limit still leaves its numbers
                 now = {"start": round(rss_start, 2), "end": round(rss_mb(), 2)}
@@ -510,6 +526,9 @@ async def run(opts: StressOptions, backend: Any, engine: Any, vad: Any) -> tuple
     gc.collect()
     rss_end = rss_mb()
     rss = {"start": round(rss_start, 2), "end": round(rss_end, 2), "growth": round(rss_end - rss_start, 2)}
+    parts_end = rss_parts_mb()
+    for kind in parts_end:
+        rss[f"{kind}_growth"] = round(parts_end[kind] - parts_start.get(kind, 0.0), 2)
     if runner.turns:
         rss["after_first_turn"] = runner.turns[0].rss_mb
         rss["max"] = max(t.rss_mb for t in runner.turns)

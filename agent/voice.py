@@ -90,6 +90,30 @@ def tune_runtime(switch_interval_s: float = GIL_SWITCH_INTERVAL_S) -> None:
     gc.freeze()
 
 
+def release_free_memory() -> bool:
+    """Hand the C heap's free pages back to the OS (glibc `malloc_trim(0)`); False where there is no glibc.
+
+    Called when a call ends: a call's buffers (audio frames, events, transcripts) are freed then, but glibc keeps
+    the freed pages, fragmented between live blocks, so a worker's RSS would stay at its busiest call's
+    high-water mark for the rest of its life. The soak (`python -m agent.stress --turns`) measures the effect.
+    """
+    import ctypes
+    import ctypes.util
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):  # musl and other libcs have no malloc_trim
+        return False
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    trim(0)
+    return True
+
+
 def _event_time(ev: stt.SpeechEvent) -> float:
     """perf_counter time at which the STT adapter created `ev` (its `created_at` is wall-clock)."""
     now_perf, now_wall = time.perf_counter(), time.time()
@@ -311,6 +335,7 @@ class Call:
         finally:
             await self.output.aclose()
             await self.stt.aclose()
+            release_free_memory()  # this call's buffers are garbage now; give their pages back
 
 
 __all__ = ["Call", "VoiceAgent", "NOT_GIVEN"]

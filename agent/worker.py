@@ -94,7 +94,7 @@ async def entrypoint(ctx: JobContext) -> None:
         global _active_calls
         with _lock:
             _active_calls -= 1
-        call.controller.close()
+        await call.aclose()  # controller, session (idempotent), audio output, STT client; then trims the C heap
 
     ctx.add_shutdown_callback(on_shutdown)
     await call.start(room=ctx.room)
