@@ -2,6 +2,9 @@
 
 Marker `gpu`: skipped cleanly without CUDA (tests/conftest.py). Uses the tiny checkpoint by default; set
 TTS_GPU_TEST_MODEL_DIR to run the same checks on a full-size checkpoint (e.g. the bench's 0.6b).
+Every engine here is built over one loaded model, so graphs on and off run the same compiled (fused) functions:
+the comparison is graph vs eager. Two separate compiles of the fused model may pick different kernels for a
+multi-row batch (Inductor's choice for a dynamic batch size) and then differ in the last bit.
 """
 
 from __future__ import annotations
@@ -36,13 +39,26 @@ def model_dir(tiny_checkpoint: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def engines(model_dir: str) -> Iterator[dict[str, Any]]:
+def model(model_dir: str) -> Any:
+    from tts_engine.model.loader import load_model
+
+    return load_model(model_dir, device="cuda")
+
+
+def _engine(model: Any, config: Any) -> Any:
     from tts_engine.engine import Engine
 
+    engine = Engine(model, config)
+    engine.warmup()
+    return engine
+
+
+@pytest.fixture(scope="module")
+def engines(model_dir: str, model: Any) -> Iterator[dict[str, Any]]:
     made = {
-        "graph": Engine.load(model_dir, _config(model_dir)),
-        "eager": Engine.load(model_dir, _config(model_dir, cudagraph_talker=False, cudagraph_predictor=False,
-                                                cudagraph_decoder=False)),
+        "graph": _engine(model, _config(model_dir)),
+        "eager": _engine(model, _config(model_dir, cudagraph_talker=False, cudagraph_predictor=False,
+                                        cudagraph_decoder=False)),
     }
     yield made
     for engine in made.values():
@@ -97,11 +113,9 @@ async def test_concurrent_streams_graph_equals_eager(engines: dict[str, Any]) ->
 
 
 @pytest.mark.parametrize("talker,predictor", [(True, False), (False, True)])
-async def test_half_graphed_codegen_matches_eager(model_dir: str, engines: dict[str, Any], talker: bool,
+async def test_half_graphed_codegen_matches_eager(model_dir: str, model: Any, engines: dict[str, Any], talker: bool,
                                                   predictor: bool) -> None:
-    from tts_engine.engine import Engine
-
-    engine = Engine.load(model_dir, _config(model_dir, cudagraph_talker=talker, cudagraph_predictor=predictor))
+    engine = _engine(model, _config(model_dir, cudagraph_talker=talker, cudagraph_predictor=predictor))
     try:
         pcm, codes = await _run(engine)
         stats = engine.stats()["cuda_graphs"]
@@ -115,13 +129,11 @@ async def test_half_graphed_codegen_matches_eager(model_dir: str, engines: dict[
     assert any(off in reason for reason in stats["fallback_reasons"]), stats
 
 
-async def test_seeded_sampling_graph_matches_eager(model_dir: str) -> None:
-    from tts_engine.engine import Engine
-
+async def test_seeded_sampling_graph_matches_eager(model_dir: str, model: Any) -> None:
     results = []
     for graphs in (True, False):
-        engine = Engine.load(model_dir, _config(model_dir, deterministic_policy="seeded", cudagraph_talker=graphs,
-                                                cudagraph_predictor=graphs, cudagraph_decoder=graphs))
+        engine = _engine(model, _config(model_dir, deterministic_policy="seeded", cudagraph_talker=graphs,
+                                        cudagraph_predictor=graphs, cudagraph_decoder=graphs))
         try:
             results.append(await _run(engine, seed=1234))
             if graphs:

@@ -25,7 +25,8 @@ Contract:
   passes) and the talker's single-token step uses `attend_by_reduction`; the whole `Attention.fixed` /
   `Attention.step` (projections, norms, RoPE, cache write, attention, output projection) is compiled, so the
   attention becomes a couple of fused reduction kernels. fp32 attention math, like SDPA's accumulators.
-- Returns a status string for the engine stats; on any compile setup failure the model is left unfused.
+- Returns a status string for the engine stats; on any compile setup failure the model is left unfused. A
+  second call on the same model changes nothing and returns the first status (engines sharing one model).
 
 - `TTS_CUDA_FUSION` in the environment: `1` (default: every part), `0` (off: diagnosis / A-B measurement),
   or a comma list of parts out of `layers`, `predictor_attention`, `talker_attention`.
@@ -102,6 +103,15 @@ def fuse_model(model: Any) -> str:
     """Swap in compiled versions of the hot methods (CUDA models only). Returns 'on (N methods)' or 'off: why'."""
     if model.device.type != "cuda":
         return "off: device is not CUDA"
+    done = getattr(model, "fusion_status", None)
+    if done is not None:  # a second engine over the same loaded model shares its compiled functions
+        return str(done)
+    status = _fuse(model)
+    model.fusion_status = status
+    return status
+
+
+def _fuse(model: Any) -> str:
     parts = fusion_parts()
     if not parts:
         return "off: TTS_CUDA_FUSION=0"
