@@ -61,16 +61,18 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + _rotate_half(x) * sin
 
 
-def attend_by_reduction(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, key_mask: torch.Tensor,
+def attend_by_reduction(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, key_mask: torch.Tensor | None,
                         groups: int) -> torch.Tensor:
     """Exact softmax attention as reductions, computed in fp32: q [B, heads, t, D]; keys/values [B, kv, L, D]
-    (head h reads kv head h // groups); key_mask bool, broadcastable to [B, kv, groups, t, L], True = visible.
-    Returns [B, heads, t, D] in q's dtype."""
+    (head h reads kv head h // groups); key_mask bool, broadcastable to [B, kv, groups, t, L], True = visible
+    (None: every key). Returns [B, heads, t, D] in q's dtype."""
     b, heads, t, d = q.shape
     kv = keys.shape[1]
     qg = q.float().reshape(b, kv, groups, t, 1, d)
     scores = (qg * keys.float()[:, :, None, None]).sum(-1) * d**-0.5  # [B, kv, g, t, L]
-    probs = scores.masked_fill(~key_mask, float("-inf")).softmax(-1)
+    if key_mask is not None:
+        scores = scores.masked_fill(~key_mask, float("-inf"))
+    probs = scores.softmax(-1)
     out = (probs[..., None] * values.float()[:, :, None, None]).sum(-2)  # [B, kv, g, t, D]
     return out.reshape(b, heads, t, d).to(q.dtype)
 
@@ -108,8 +110,7 @@ class Attention(nn.Module):
         """One query token per row: fold the query heads of a KV group into the query axis (exact GQA, no copies)."""
         b = q.shape[0]
         if self.reduce_attention:
-            visible = mask.reshape(b, 1, 1, 1, -1) if mask is not None else torch.ones((), dtype=torch.bool,
-                                                                                        device=q.device)
+            visible = mask.reshape(b, 1, 1, 1, -1) if mask is not None else None
             return attend_by_reduction(q, keys, values, visible, self.groups)
         qg = q.reshape(b, self.num_kv_heads, self.groups, self.head_dim)
         out = F.scaled_dot_product_attention(qg, keys, values, attn_mask=mask)
@@ -154,7 +155,6 @@ class Attention(nn.Module):
         values = values.repeat_interleave(self.groups, dim=1)
         out = F.scaled_dot_product_attention(q, keys, values, is_causal=True)
         return self._out(out, b, t)
-
 
     def fixed(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
               v_cache: torch.Tensor, positions: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:

@@ -57,15 +57,19 @@ def build_prompt_embeds(talker: Talker, cfg: ModelConfig, tokenizer: TextTokeniz
                         language: str, instruct: str | None = None) -> tuple[torch.Tensor, int]:
     """Validated inputs -> (prefill embeddings [T, H] in the talker's dtype/device, number of text tokens)."""
     device = talker.codec_head.weight.device
+    table_device = talker.model.text_embedding.weight.device  # CPU on CUDA models (loader.HOST_TENSORS)
 
     def ids(values: list[int]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long, device=device)
+
+    def host_ids(values: list[int]) -> torch.Tensor:  # made where the table is: no device -> host round trip
+        return torch.tensor(values, dtype=torch.long, device=table_device)
 
     token_ids = tokenizer.encode(assistant_text(text))
     role, text_ids = token_ids[:ROLE_TOKENS], token_ids[ROLE_TOKENS:-SUFFIX_TOKENS]
     if not text_ids:
         raise EmptyTextError()
-    tts_bos, tts_eos, tts_pad = talker.embed_text(ids([cfg.tts_bos_id, cfg.tts_eos_id, cfg.tts_pad_id])).unbind(0)
+    tts_bos, tts_eos, tts_pad = talker.embed_text(host_ids([cfg.tts_bos_id, cfg.tts_eos_id, cfg.tts_pad_id])).unbind(0)
 
     lang_id = codec_language_id(cfg, speaker, language)
     if lang_id is None:
@@ -78,10 +82,10 @@ def build_prompt_embeds(talker: Talker, cfg: ModelConfig, tokenizer: TextTokeniz
     text_side = torch.cat((tts_pad.expand(len(codec_seq) - 2, -1), tts_bos[None]), dim=0)
     parts = []
     if instruct and cfg.supports_instruct:
-        parts.append(talker.embed_text(ids(tokenizer.encode(instruct_text(instruct)))))
-    parts.append(talker.embed_text(ids(role)))
+        parts.append(talker.embed_text(host_ids(tokenizer.encode(instruct_text(instruct)))))
+    parts.append(talker.embed_text(host_ids(role)))
     parts.append(text_side + codec_embeds[:-1])
-    body = torch.cat((talker.embed_text(ids(text_ids)), tts_eos[None]), dim=0)
+    body = torch.cat((talker.embed_text(host_ids(text_ids)), tts_eos[None]), dim=0)
     parts.append(body + talker.embed_codec(ids([cfg.codec_pad_id] * (len(text_ids) + 1))))
     parts.append((tts_pad + talker.embed_codec(ids([cfg.codec_bos_id])))[0][None])
     return torch.cat(parts, dim=0), len(text_ids)
@@ -90,5 +94,4 @@ def build_prompt_embeds(talker: Talker, cfg: ModelConfig, tokenizer: TextTokeniz
 @torch.no_grad()
 def tts_pad_embedding(talker: Talker, cfg: ModelConfig) -> torch.Tensor:
     """The text-side embedding added to every generated frame's feedback in non-streaming mode ([H])."""
-    device = talker.codec_head.weight.device
-    return talker.embed_text(torch.tensor([cfg.tts_pad_id], device=device))[0]
+    return talker.embed_text(torch.tensor([cfg.tts_pad_id], device=talker.model.text_embedding.weight.device))[0]

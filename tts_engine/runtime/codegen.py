@@ -43,7 +43,7 @@ HARD_CEILING_FRAMES = 2048
 #: runaway cap = FRAMES_BASE + FRAMES_PER_TEXT_TOKEN * text tokens (normal speech is ~3-4 frames per token)
 FRAMES_BASE = 50
 FRAMES_PER_TEXT_TOKEN = 8
-#: normal speech runs ~3 frames (240 ms) per text token; room is checked against this, with some margin
+#: frames per text token assumed when checking room (an estimate, not measured: ~0.25-0.3 s per token)
 EXPECTED_FRAMES_PER_TEXT_TOKEN = 4
 MIN_NEW_TOKENS = 2  # HF min_new_tokens of the official generate(): EOS masked for the first 2 frames
 

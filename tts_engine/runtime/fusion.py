@@ -27,7 +27,6 @@ Contract:
   attention becomes a couple of fused reduction kernels. fp32 attention math, like SDPA's accumulators.
 - Returns a status string for the engine stats; on any compile setup failure the model is left unfused. A
   second call on the same model changes nothing and returns the first status (engines sharing one model).
-
 - `TTS_CUDA_FUSION` in the environment: `1` (default: every part), `0` (off: diagnosis / A-B measurement),
   or a comma list of parts out of `layers`, `predictor_attention`, `talker_attention`.
 """
@@ -57,10 +56,6 @@ def fusion_parts(value: str | None = None) -> tuple[str, ...]:
         raise ValueError(f"TTS_CUDA_FUSION={raw!r}: unknown part(s) {', '.join(unknown)}; "
                          f"allowed: 1, 0 or a comma list of {', '.join(PARTS)}")
     return parts
-
-
-def fusion_enabled() -> bool:
-    return bool(fusion_parts())
 
 
 def _concat_rows(linears: list[Any]) -> Any:
