@@ -4,7 +4,10 @@ Marker `gpu`: skipped cleanly without CUDA (tests/conftest.py). Uses the tiny ch
 TTS_GPU_TEST_MODEL_DIR to run the same checks on a full-size checkpoint (e.g. the bench's 0.6b).
 Every engine here is built over one loaded model, so graphs on and off run the same compiled (fused) functions:
 the comparison is graph vs eager. Two separate compiles of the fused model may pick different kernels for a
-multi-row batch (Inductor's choice for a dynamic batch size) and then differ in the last bit.
+multi-row batch (Inductor's choice for a dynamic batch size) and then differ in the last bit. Within one
+model, the engine's compile pass (runtime/cuda_graphs.compile_step_shapes) makes every torch.compile entry before
+any capture, so a graph and a later eager step of the same shape run the same entry's kernels
+(tests/model/test_compile_entries.py shows the entry selection on the CPU).
 """
 
 from __future__ import annotations
@@ -106,9 +109,13 @@ async def test_concurrent_streams_graph_equals_eager(engines: dict[str, Any]) ->
     texts = [TEXT, "A second, different sentence.", "And a third one, to fill three rows."]
     graphed = await _run_together(engines["graph"], texts)
     eager = await _run_together(engines["eager"], texts)
-    for (g_pcm, g_codes), (e_pcm, e_codes) in zip(graphed, eager, strict=True):
+    for index, ((g_pcm, g_codes), (e_pcm, e_codes)) in enumerate(zip(graphed, eager, strict=True)):
         assert g_pcm.size > 0
-        assert np.array_equal(g_codes, e_codes)
+        differs = [f for f in range(min(len(g_codes), len(e_codes))) if not np.array_equal(g_codes[f], e_codes[f])]
+        assert np.array_equal(g_codes, e_codes), (
+            f"stream {index}: {len(g_codes)} graphed vs {len(e_codes)} eager frames; first differing frame "
+            f"{differs[0] if differs else None}"
+        )
         assert g_pcm.tobytes() == e_pcm.tobytes()
 
 

@@ -1,8 +1,8 @@
 """Benchmarks of our engine on a CUDA GPU: load/capture, codegen frame, decoder frame, streaming TTFA/RTF, memory.
 
 Contract (numbers are the DESIGN.md §4 definitions):
-- `load_s`: `Engine.load` wall time (weights, CUDA-graph capture, warm-up stream); `capture_s` from the
-  engine's graph stats.
+- `load_s`: `Engine.load` wall time (weights, compile pass, CUDA-graph capture, warm-up stream); `capture_s`
+  and `compile_pass_s` from the engine's graph stats.
 - `frame_ms_p50`: one batch-1 frame step of the code generator (talker + 15-pass predictor), timed with CUDA
   events around the engine's own step call on its worker thread (graphed or eager as configured; with the
   overlapped frame graph this includes the decoder, which runs beside the talker half).
@@ -242,6 +242,7 @@ def _summary(result: dict[str, Any]) -> dict[str, Any]:
         "gpu_mem_gib": result["gpu_mem"]["max_reserved_gib"],
         "step_wall_ms_p50": steps["step_wall_ms"]["p50"] if steps else None,
         "capture_s": graphs.get("graph_capture_s"),
+        "compile_pass_s": graphs.get("compile_pass_s"),
         "graph_steps": graphs.get("graph_steps"),
         "eager_steps": graphs.get("eager_steps"),
         "talker_graph_ms": (result.get("profile") or {}).get("talker_graph_ms"),

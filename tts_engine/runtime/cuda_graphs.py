@@ -42,6 +42,7 @@ class GraphStats:
     eager_steps: int = 0
     fallback_reasons: Counter[str] = field(default_factory=Counter)
     capture_s: float = 0.0
+    compile_s: float = 0.0  # the compile pass before capture (compile_step_shapes)
     captured: list[str] = field(default_factory=list)
     fusion: str = "off"
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -63,6 +64,7 @@ class GraphStats:
                 "fallback_reasons": dict(self.fallback_reasons),
                 "graphs_captured": list(self.captured),
                 "graph_capture_s": round(self.capture_s, 3),
+                "compile_pass_s": round(self.compile_s, 3),
                 "fusion": self.fusion,
             }
 
@@ -135,6 +137,22 @@ class CapturedCall:
 
 
 PREFILL_BUCKETS = (32, 64, 128, 256, 512, 1024)
+
+
+def compile_step_shapes(codegen: Any, rows: Sequence[int], sampling_variants: Sequence[bool],
+                        prefills: Sequence[Callable[[], Any]] = ()) -> None:
+    """Run every step shape once, eagerly, so torch.compile (runtime/fusion.py) has made all its cache entries
+    before anything is captured. Why: a compiled method keeps several entries, and one compiled later for a
+    broader shape family takes over inputs an earlier entry served (seen: the 4-row entry made while the
+    4-row graph was captured was later replaced by the one made for 2 rows). A graph captured before that
+    keeps the old entry's kernels while eager steps run the new one's: same math, other bits (graph != eager).
+    Compiled first, the entry serving a shape no longer changes (tests/model/test_compile_entries.py).
+    Mutates code-generator rows (reset on admission), like the capture warm-ups."""
+    for n in sorted(rows, reverse=True):
+        for sampling in sampling_variants:
+            codegen.step(n, sampling=sampling)
+    for prefill in prefills:
+        prefill()
 
 
 def buckets_for(max_slots: int) -> list[int]:
@@ -214,10 +232,24 @@ class StepGraphs:
     # ---- capture (once, at load, before any stream is admitted) -------------------------------------------------
     @torch.no_grad()
     def capture(self, state_rows: Callable[[int], Any], reset_decoder_state: Callable[[], None]) -> None:
+        if not self.buckets:
+            return
+        stream = torch.cuda.Stream()  # the compile pass and the capture warm-ups share its cached blocks
+        # CUDA, graphs or not: compile every step shape now (before any capture, and not at a first request)
+        t0 = time.perf_counter()
+        stream.wait_stream(torch.cuda.current_stream())
+        try:
+            with torch.cuda.stream(stream):
+                compile_step_shapes(self.codegen, self.buckets, self.sampling_variants,
+                                    [self._prefill_fn(b) for b in sorted(self.prefill_buckets, reverse=True)])
+        except Exception as exc:
+            raise RuntimeError(f"the compile pass over the step shapes failed ({type(exc).__name__}: {exc}); "
+                               "TTS_CUDA_FUSION=0 runs the model unfused") from exc
+        torch.cuda.synchronize()
+        self.stats.compile_s = time.perf_counter() - t0
         if not (self.want_talker or self.want_predictor or self.want_decoder):
             return
         pool = torch.cuda.graph_pool_handle()
-        stream = torch.cuda.Stream()
         common = dict(pool=pool, stream=stream, warmup=self.warmup, stats=self.stats)
         gen, dec = self.codegen, self.decoder
         hidden = gen.past_hidden.shape[-1]

@@ -27,6 +27,12 @@ Contract:
   attention becomes a couple of fused reduction kernels. fp32 attention math, like SDPA's accumulators.
 - Returns a status string for the engine stats; on any compile setup failure the model is left unfused. A
   second call on the same model changes nothing and returns the first status (engines sharing one model).
+- `apply_fusion(model, parts, compile_fn)` does the work on any device with any compiler (tests run it on the
+  CPU with a recording backend); `fuse_model` is the engine's entry: CUDA only, parts from the environment.
+- torch.compile keeps several cache entries per compiled method (shape families, 0/1 and duck-size
+  specialisations) and a later, broader entry can take over inputs an earlier one served. A CUDA graph keeps the
+  kernels of the entry that served its capture, so every shape must be compiled before any capture:
+  `runtime/cuda_graphs.compile_step_shapes` runs each step shape once first (tests/model/test_compile_entries.py).
 - `TTS_CUDA_FUSION` in the environment: `1` (default: every part), `0` (off: diagnosis / A-B measurement),
   or a comma list of parts out of `layers`, `predictor_attention`, `talker_attention`.
 """
@@ -35,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -101,15 +108,14 @@ def fuse_model(model: Any) -> str:
     done = getattr(model, "fusion_status", None)
     if done is not None:  # a second engine over the same loaded model shares its compiled functions
         return str(done)
-    status = _fuse(model)
+    parts = fusion_parts()
+    status = apply_fusion(model, parts) if parts else "off: TTS_CUDA_FUSION=0"
     model.fusion_status = status
     return status
 
 
-def _fuse(model: Any) -> str:
-    parts = fusion_parts()
-    if not parts:
-        return "off: TTS_CUDA_FUSION=0"
+def apply_fusion(model: Any, parts: tuple[str, ...] = PARTS, compile_fn: Callable[..., Any] | None = None) -> str:
+    """Fuse `parts` of `model` on any device; `compile_fn(fn, dynamic=True)` defaults to torch.compile."""
     try:
         import types
 
@@ -119,6 +125,7 @@ def _fuse(model: Any) -> str:
         from tts_engine.model.layers import MLP, Attention, DecoderLayer, RMSNorm
     except Exception as exc:  # noqa: BLE001 - no compiler here: run unfused
         return f"off: {type(exc).__name__}: {exc}"
+    compile_fn = compile_fn or torch.compile
     # many module instances share each compiled code object; allow one entry per shape family and module kind
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
     count = 0
@@ -143,17 +150,17 @@ def _fuse(model: Any) -> str:
         for module in model.talker.modules():  # the code predictor lives under the talker
             for cls, name in targets:
                 if isinstance(module, cls):
-                    setattr(module, name, torch.compile(getattr(module, name), dynamic=True))
+                    setattr(module, name, compile_fn(getattr(module, name), dynamic=True))
                     count += 1
     for module in model.talker.modules():
         if not isinstance(module, Attention):
             continue
         if id(module) in predictor_attention and "predictor_attention" in parts:
-            module.fixed = torch.compile(module.fixed, dynamic=True)
+            module.fixed = compile_fn(module.fixed, dynamic=True)
             count += 1
         elif id(module) not in predictor_attention and "talker_attention" in parts:
             module.reduce_attention = True
-            module.step = torch.compile(module.step, dynamic=True)
+            module.step = compile_fn(module.step, dynamic=True)
             count += 1
     log.info("CUDA fusion (%s): %d methods compiled lazily", ",".join(parts), count)
     return f"on ({','.join(parts)}; {count} methods)"
