@@ -1,12 +1,13 @@
 """After the compile pass, one torch.compile graph serves each step shape for good (graphs == eager on CUDA).
 
 Why a CPU test: on the GPU, three streams in a 4-row bucket gave other codes graphed than eager
-(tests/gpu/test_cuda_graphs.py). The cause is upstream of any kernel: a compiled method keeps several cache
-entries, and an entry compiled later for a broader shape family (2 rows) took over the inputs that an earlier
-entry (4 rows, duck-sized to the slot count) served while the 4-row graph was being captured. The graph kept
-the first entry's kernels, eager steps ran the second's. Which entry serves a call is decided by Dynamo's guards
-before the backend runs, so a recording backend on the CPU shows it exactly, on the real fused model
-(`apply_fusion`) and the engine's call order: compile pass, capture of the buckets largest first, then serving.
+(tests/gpu/test_cuda_graphs.py). What this guards against sits upstream of any kernel: a compiled method keeps
+several cache entries, and an entry compiled later for a broader shape family (2 rows) takes over the inputs
+that an earlier entry (4 rows, duck-sized to the slot count) served while the 4-row graph was being captured.
+The graph keeps the first entry's kernels, eager steps run the second's (two compilations, possibly other
+rounding). Which entry serves a call is decided by Dynamo's guards before the backend runs, so a recording
+backend on the CPU shows it exactly, on the real fused model (`apply_fusion`) and the engine's call order:
+compile pass, capture of the buckets largest first, then serving.
 """
 
 from __future__ import annotations
