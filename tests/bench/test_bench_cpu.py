@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -94,3 +95,19 @@ def test_results_schema_and_markdown(tmp_path: Path) -> None:
     (tmp_path / "h100.json").write_text(json.dumps(result))
     md = render_results_md(tmp_path)
     assert "h100.json" in md and "faster-qwen3-tts chunk1" in md and "x4.0" in md
+
+
+def test_stream_measurement_splits_ttfa_into_admission_and_first_step(make_engine: Any,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The streaming measurement's code path on a tiny CPU engine (no timing asserted): TTFA = admission + first
+    step, per run, and the fixed frame count holds with the bench's EOS mask."""
+    from tts_engine.bench.ours import measure_stream
+    from tts_engine.runtime import codegen
+
+    frames = 5
+    monkeypatch.setattr(codegen, "MIN_NEW_TOKENS", frames)  # what the bench's _force_fixed_frames does
+    engine = make_engine()
+    out = measure_stream(engine, "Hello there.", engine.speakers[0], "auto", frames=frames, runs=1, warmup=0)
+    ttfa, admission, first = (out[k]["p50"] for k in ("ttfa_ms", "admission_ms", "first_step_ms"))
+    assert admission > 0 and first > 0
+    assert admission + first == pytest.approx(ttfa, abs=1e-6)
