@@ -110,4 +110,4 @@ def test_stream_measurement_splits_ttfa_into_admission_and_first_step(make_engin
     out = measure_stream(engine, "Hello there.", engine.speakers[0], "auto", frames=frames, runs=1, warmup=0)
     ttfa, admission, first = (out[k]["p50"] for k in ("ttfa_ms", "admission_ms", "first_step_ms"))
     assert admission > 0 and first > 0
-    assert admission + first == pytest.approx(ttfa, abs=1e-6)
+    assert admission + first == pytest.approx(ttfa, abs=1e-3)  # summaries are rounded to 4 decimals

@@ -117,6 +117,8 @@ async def test_concurrent_streams_graph_equals_eager(engines: dict[str, Any]) ->
             f"{differs[0] if differs else None}"
         )
         assert g_pcm.tobytes() == e_pcm.tobytes()
+    for name, engine in engines.items():  # nothing compiled after load: the graphs froze the entries eager runs
+        assert engine.stats()["cuda_graphs"]["compiles_since_load"] == 0, (name, engine.stats()["cuda_graphs"])
 
 
 @pytest.mark.parametrize("talker,predictor", [(True, False), (False, True)])

@@ -23,7 +23,7 @@ import torch
 from tts_engine.model.loader import load_model
 from tts_engine.runtime.codegen import CodeGenerator
 from tts_engine.runtime.cuda_graphs import compile_step_shapes
-from tts_engine.runtime.fusion import PARTS, apply_fusion
+from tts_engine.runtime.fusion import PARTS, apply_fusion, compiled_graph_count
 
 BUCKETS = (1, 2, 4)
 PREFILL_LENGTHS = (64, 32)
@@ -42,6 +42,7 @@ class EntryRecorder:
     def __init__(self) -> None:
         self.phase = "compile"
         self.served: list[tuple[str, Any, int]] = []  # (phase, call signature, graph id)
+        self.compiled_after_pass = -1  # graphs compiled during capture + serving (the engine's compiles_since_load)
         self._graphs = 0
         self._call: Any = None
 
@@ -93,6 +94,7 @@ def _run_engine_order(tiny_checkpoint: Path, compile_pass: bool) -> EntryRecorde
         if compile_pass:
             compile_step_shapes(gen, BUCKETS, (False,), [prefill(n) for n in PREFILL_LENGTHS])
         recorder.phase = "capture"
+        at_load = compiled_graph_count()
         for rows in sorted(BUCKETS, reverse=True):  # StepGraphs captures the largest bucket first
             gen.step(rows, sampling=False)
         for n in PREFILL_LENGTHS:
@@ -102,6 +104,7 @@ def _run_engine_order(tiny_checkpoint: Path, compile_pass: bool) -> EntryRecorde
             prefill(PREFILL_LENGTHS[-1])()
             gen.step(rows, sampling=False)
             gen.step(rows, sampling=False)
+    recorder.compiled_after_pass = compiled_graph_count() - at_load
     torch._dynamo.reset()
     return recorder
 
@@ -111,6 +114,7 @@ def test_each_step_shape_keeps_one_compiled_graph_after_the_compile_pass(tiny_ch
     assert len(recorder.served) > 0
     several = recorder.shapes_served_by_several_graphs({"capture", "serve"})
     assert not several, f"after the compile pass these methods still changed compiled graph for one input: {several}"
+    assert recorder.compiled_after_pass == 0
 
 
 def test_without_the_compile_pass_a_captured_shape_changes_graph(tiny_checkpoint: Path) -> None:
@@ -121,3 +125,4 @@ def test_without_the_compile_pass_a_captured_shape_changes_graph(tiny_checkpoint
     if not several:
         pytest.fail(f"torch {torch.__version__}: no input changed compiled graph between capture and serving")
     assert "Attention.fixed" in several or "Attention.step" in several, several
+    assert recorder.compiled_after_pass > 0  # the 2- and 1-row entries were compiled after the 4-row capture

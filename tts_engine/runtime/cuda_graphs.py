@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from tts_engine.runtime.fusion import compiled_graph_count
+
 
 class GraphShapeError(ValueError):
     """A captured graph was called with inputs that do not match what it captured."""
@@ -43,6 +45,7 @@ class GraphStats:
     fallback_reasons: Counter[str] = field(default_factory=Counter)
     capture_s: float = 0.0
     compile_s: float = 0.0  # the compile pass before capture (compile_step_shapes)
+    compiled_at_load: int | None = None  # process-wide torch.compile graph count when capture ended
     captured: list[str] = field(default_factory=list)
     fusion: str = "off"
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -66,6 +69,9 @@ class GraphStats:
                 "graph_capture_s": round(self.capture_s, 3),
                 "compile_pass_s": round(self.compile_s, 3),
                 "fusion": self.fusion,
+                # graphs compiled in this process since this engine loaded (any model): should stay 0
+                "compiles_since_load": None if self.compiled_at_load is None
+                else compiled_graph_count() - self.compiled_at_load,
             }
 
 
@@ -230,8 +236,13 @@ class StepGraphs:
         return "" if enabled else f"disabled by {variable}=0"
 
     # ---- capture (once, at load, before any stream is admitted) -------------------------------------------------
-    @torch.no_grad()
     def capture(self, state_rows: Callable[[int], Any], reset_decoder_state: Callable[[], None]) -> None:
+        self._capture(state_rows, reset_decoder_state)
+        if self.buckets:
+            self.stats.compiled_at_load = compiled_graph_count()
+
+    @torch.no_grad()
+    def _capture(self, state_rows: Callable[[int], Any], reset_decoder_state: Callable[[], None]) -> None:
         if not self.buckets:
             return
         stream = torch.cuda.Stream()  # the compile pass and the capture warm-ups share its cached blocks

@@ -33,6 +33,7 @@ Contract:
   specialisations) and a later, broader entry can take over inputs an earlier one served. A CUDA graph keeps the
   kernels of the entry that served its capture, so every shape must be compiled before any capture:
   `runtime/cuda_graphs.compile_step_shapes` runs each step shape once first (tests/model/test_compile_entries.py).
+  A compile after load stalls every stream for seconds: the engine stats count them (`compiles_since_load`).
 - `TTS_CUDA_FUSION` in the environment: `1` (default: every part), `0` (off: diagnosis / A-B measurement),
   or a comma list of parts out of `layers`, `predictor_attention`, `talker_attention`.
 """
@@ -48,6 +49,15 @@ log = logging.getLogger(__name__)
 
 
 PARTS = ("layers", "predictor_attention", "talker_attention")
+
+
+def compiled_graph_count() -> int:
+    """Graphs torch.compile has compiled in this process so far (every model; 0 where Dynamo is absent)."""
+    try:
+        from torch._dynamo.utils import counters
+    except Exception:  # noqa: BLE001 - no compiler, nothing compiled
+        return 0
+    return int(counters["stats"]["unique_graphs"])
 
 
 def fusion_parts(value: str | None = None) -> tuple[str, ...]:
