@@ -1,6 +1,6 @@
 """CustomVoice prompt assembly (non_streaming_mode=True layout), shared/reference/qwen3_tts.md §3.1-3.2.
 
-Contract: `validate_request` checks text/speaker/language (errors list the valid values); `build_prompt_embeds`
+Contract: `validate_request` checks text/speaker/language (errors list the valid values); a `PromptEmbedder`
 returns the talker prefill embeddings [T, H] and the number of text tokens:
   [instruct (1.7B only)] + role(3 text tokens) + [tts_pad x (len(C)-2), tts_bos] + C[:-1]
   + [text_i + codec_pad]... + [tts_eos + codec_pad] + [tts_pad + codec_bos]
@@ -11,6 +11,7 @@ tokenized inside the chat template and sliced [3:-5] exactly as the official cod
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from tts_engine.errors import EmptyTextError, UnknownLanguageError, UnknownSpeakerError
@@ -18,6 +19,8 @@ from tts_engine.model.config import ModelConfig
 from tts_engine.model.talker import Talker
 from tts_engine.model.tokenizer import TextTokenizer
 
+# numpy has no bfloat16: the host table and staging buffer are viewed as integers of the same width
+_SAME_SIZE_INT = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 ROLE_TOKENS = 3  # <|im_start|> assistant \n
 SUFFIX_TOKENS = 5  # <|im_end|> \n <|im_start|> assistant \n
 
@@ -52,43 +55,109 @@ def codec_language_id(cfg: ModelConfig, speaker: str, language: str) -> int | No
     return lang_id
 
 
-@torch.no_grad()
-def build_prompt_embeds(talker: Talker, cfg: ModelConfig, tokenizer: TextTokenizer, text: str, speaker: str,
-                        language: str, instruct: str | None = None) -> tuple[torch.Tensor, int]:
-    """Validated inputs -> (prefill embeddings [T, H] in the talker's dtype/device, number of text tokens)."""
-    device = talker.codec_head.weight.device
-    table_device = talker.model.text_embedding.weight.device  # CPU on CUDA models (loader.HOST_TENSORS)
+class PromptEmbedder:
+    """Builds the prefill embeddings for one request: `embedder(text, speaker, language, instruct)` ->
+    (embeddings [T, H] on the talker's device, number of text tokens). Inputs must be validated first.
 
-    def ids(values: list[int]) -> torch.Tensor:
-        return torch.tensor(values, dtype=torch.long, device=device)
+    Everything that does not depend on the text (tts_bos/eos/pad, the codec prefix of each speaker and language,
+    the role rows, the codec pad/bos rows) is computed once and kept. Per request the text rows are gathered from
+    the embedding table on the host (single-threaded, into a pinned staging buffer when the table is in CPU
+    memory on a CUDA model) and sent with one non-blocking copy, so building a prompt makes no host<->device
+    syncs and starts no CPU thread pool: on an H100 the old per-request path (five blocking copies and CPU
+    `F.embedding`) took 2.5-11 ms right after a stream, against 0.8 ms in a tight loop.
+    Each piece is projected in the same batch as the official layout implies (bos/eos/pad together, role, text,
+    instruct), so the embeddings are bit-identical to computing them per request.
+    """
 
-    def host_ids(values: list[int]) -> torch.Tensor:  # made where the table is: no device -> host round trip
-        return torch.tensor(values, dtype=torch.long, device=table_device)
+    def __init__(self, talker: Talker, cfg: ModelConfig, tokenizer: TextTokenizer) -> None:
+        self.talker, self.cfg, self.tokenizer = talker, cfg, tokenizer
+        self.device = talker.codec_head.weight.device
+        table = talker.model.text_embedding.weight
+        self._host_gather = table.device.type == "cpu"
+        # numpy view of the host table: np.take copies rows on the calling thread (torch's CPU gather may wake its
+        # whole intra-op pool, which costs milliseconds of jitter on a busy serving host)
+        self._as_int = _SAME_SIZE_INT[table.element_size()]
+        self._table_np = table.detach().view(self._as_int).numpy() if self._host_gather else None
+        self._pinned = self.device.type == "cuda"
+        self._staging = torch.empty(0)
+        self._staging_free: torch.cuda.Event | None = None
+        with torch.no_grad():
+            special = self._project([[cfg.tts_bos_id, cfg.tts_eos_id, cfg.tts_pad_id]])[0]
+            self.tts_bos, self.tts_eos, self.tts_pad = special.unbind(0)
+            self._codec_pad = talker.embed_codec(self._ids([cfg.codec_pad_id]))
+            self._tail = (self.tts_pad + talker.embed_codec(self._ids([cfg.codec_bos_id])))[0][None]
+        self._prefix: dict[tuple[str, str], torch.Tensor] = {}
+        self._role: dict[tuple[int, ...], torch.Tensor] = {}
 
-    token_ids = tokenizer.encode(assistant_text(text))
-    role, text_ids = token_ids[:ROLE_TOKENS], token_ids[ROLE_TOKENS:-SUFFIX_TOKENS]
-    if not text_ids:
-        raise EmptyTextError()
-    tts_bos, tts_eos, tts_pad = talker.embed_text(host_ids([cfg.tts_bos_id, cfg.tts_eos_id, cfg.tts_pad_id])).unbind(0)
+    def _ids(self, values: list[int]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.long, device=self.device)
 
-    lang_id = codec_language_id(cfg, speaker, language)
-    if lang_id is None:
-        prefix = [cfg.codec_nothink_id, cfg.codec_think_bos_id, cfg.codec_think_eos_id]
-    else:
-        prefix = [cfg.codec_think_id, cfg.codec_think_bos_id, lang_id, cfg.codec_think_eos_id]
-    codec_seq = prefix + [cfg.speaker_ids[speaker], cfg.codec_pad_id, cfg.codec_bos_id]
-    codec_embeds = talker.embed_codec(ids(codec_seq))
+    def _stage(self, rows: int) -> torch.Tensor:
+        """The host staging buffer for `rows` rows, once the previous copy out of it has finished."""
+        if self._staging_free is not None:
+            self._staging_free.synchronize()  # normally long done: it was queued before the previous prefill
+        if self._staging.shape[0] < rows:
+            hidden = self.talker.model.text_embedding.weight.shape[1]
+            size = max(256, 1 << (rows - 1).bit_length())
+            self._staging = torch.empty((size, hidden), dtype=self.talker.model.text_embedding.weight.dtype,
+                                        pin_memory=self._pinned)
+        return self._staging[:rows]
 
-    text_side = torch.cat((tts_pad.expand(len(codec_seq) - 2, -1), tts_bos[None]), dim=0)
-    parts = []
-    if instruct and cfg.supports_instruct:
-        parts.append(talker.embed_text(host_ids(tokenizer.encode(instruct_text(instruct)))))
-    parts.append(talker.embed_text(host_ids(role)))
-    parts.append(text_side + codec_embeds[:-1])
-    body = torch.cat((talker.embed_text(host_ids(text_ids)), tts_eos[None]), dim=0)
-    parts.append(body + talker.embed_codec(ids([cfg.codec_pad_id] * (len(text_ids) + 1))))
-    parts.append((tts_pad + talker.embed_codec(ids([cfg.codec_bos_id])))[0][None])
-    return torch.cat(parts, dim=0), len(text_ids)
+    def _project(self, pieces: list[list[int]]) -> list[torch.Tensor]:
+        """Text ids of several pieces -> their projected embeddings, each piece projected as its own batch."""
+        table = self.talker.model.text_embedding.weight
+        ids = [i for piece in pieces for i in piece]
+        if self._host_gather:
+            staging = self._stage(len(ids))
+            np.take(self._table_np, np.asarray(ids, dtype=np.int64), axis=0, out=staging.view(self._as_int).numpy())
+            rows = staging.to(self.device, non_blocking=self._pinned)
+            if self._pinned:
+                self._staging_free = torch.cuda.Event()
+                self._staging_free.record()
+        else:
+            rows = torch.nn.functional.embedding(self._ids(ids), table)
+        out, start = [], 0
+        for piece in pieces:
+            out.append(self.talker.text_projection(rows[start : start + len(piece)]))
+            start += len(piece)
+        return out
+
+    def _codec_prefix(self, speaker: str, language: str) -> torch.Tensor:
+        """[tts_pad x (len(C)-2), tts_bos] + C[:-1] for one speaker and language (cached)."""
+        key = (speaker, language)
+        if key not in self._prefix:
+            cfg = self.cfg
+            lang_id = codec_language_id(cfg, speaker, language)
+            if lang_id is None:
+                prefix = [cfg.codec_nothink_id, cfg.codec_think_bos_id, cfg.codec_think_eos_id]
+            else:
+                prefix = [cfg.codec_think_id, cfg.codec_think_bos_id, lang_id, cfg.codec_think_eos_id]
+            codec_seq = prefix + [cfg.speaker_ids[speaker], cfg.codec_pad_id, cfg.codec_bos_id]
+            codec_embeds = self.talker.embed_codec(self._ids(codec_seq))
+            text_side = torch.cat((self.tts_pad.expand(len(codec_seq) - 2, -1), self.tts_bos[None]), dim=0)
+            self._prefix[key] = text_side + codec_embeds[:-1]
+        return self._prefix[key]
+
+    @torch.no_grad()
+    def __call__(self, text: str, speaker: str, language: str,
+                 instruct: str | None = None) -> tuple[torch.Tensor, int]:
+        token_ids = self.tokenizer.encode(assistant_text(text))
+        role, text_ids = tuple(token_ids[:ROLE_TOKENS]), token_ids[ROLE_TOKENS:-SUFFIX_TOKENS]
+        if not text_ids:
+            raise EmptyTextError()
+        if role not in self._role:
+            self._role[role] = self._project([list(role)])[0]
+        pieces = [text_ids]
+        if instruct and self.cfg.supports_instruct:
+            pieces.insert(0, self.tokenizer.encode(instruct_text(instruct)))
+        projected = self._project(pieces)
+        parts = projected[:-1]  # the instruct rows, when there are any
+        parts.append(self._role[role])
+        parts.append(self._codec_prefix(speaker, language))
+        body = torch.cat((projected[-1], self.tts_eos[None]), dim=0)
+        parts.append(body + self._codec_pad.expand(len(text_ids) + 1, -1))
+        parts.append(self._tail)
+        return torch.cat(parts, dim=0), len(text_ids)
 
 
 @torch.no_grad()

@@ -35,7 +35,7 @@ from tts_engine.model.config import GenerationDefaults, ModelConfig
 from tts_engine.model.layers import rope_table
 from tts_engine.model.loader import LoadedModel
 from tts_engine.model.predictor import PREDICTOR_POSITIONS
-from tts_engine.model.prompt import build_prompt_embeds, tts_pad_embedding, validate_request
+from tts_engine.model.prompt import PromptEmbedder, tts_pad_embedding, validate_request
 from tts_engine.model.sampling import choose, process_talker_logits, token_hashes
 
 #: absolute ceiling on frames per utterance (163.84 s), whatever the text length
@@ -136,6 +136,7 @@ class CodeGenerator:
         self.hash_talker = token_hashes(vocab, dev)
         self.hash_predictor = token_hashes(p.vocab_size, dev)
         self.tts_pad = tts_pad_embedding(self.talker, cfg)
+        self.prompts = PromptEmbedder(self.talker, cfg, model.tokenizer)
         # per-slot state
         self.positions = zeros(s, dtype=torch.long)
         self.frame = zeros(s, dtype=torch.long)
@@ -164,9 +165,7 @@ class CodeGenerator:
     def prepare(self, text: str, speaker: str, language: str = "auto", instruct: str | None = None,
                 max_frames: int | None = None) -> Prompt:
         text, speaker, language = validate_request(self.cfg, text, speaker, language)
-        embeds, n_text = build_prompt_embeds(
-            self.talker, self.cfg, self.model.tokenizer, text, speaker, language, instruct
-        )
+        embeds, n_text = self.prompts(text, speaker, language, instruct)
         room = self.max_seq_len - embeds.shape[0]
         if room < 1:
             raise TTSInputError(
