@@ -62,11 +62,14 @@ class PromptEmbedder:
     Everything that does not depend on the text (tts_bos/eos/pad, the codec prefix of each speaker and language,
     the role rows, the codec pad/bos rows) is computed once and kept. Per request the text rows are gathered from
     the embedding table on the host (single-threaded, into a pinned staging buffer when the table is in CPU
-    memory on a CUDA model) and sent with one non-blocking copy, so building a prompt makes no host<->device
-    syncs and starts no CPU thread pool: on an H100 the old per-request path (five blocking copies and CPU
-    `F.embedding`) took 2.5-11 ms right after a stream, against 0.8 ms in a tight loop.
+    memory on a CUDA model) and sent with one non-blocking copy, so once a speaker/language pair has been seen,
+    building a prompt makes no blocking copy and starts no CPU thread pool (the only wait is on the previous
+    request's copy out of the staging buffer, long finished). On an H100 the old per-request path (five blocking
+    copies and CPU `F.embedding`) finished 3-12 ms after a request right after a stream, against 0.8 ms in a
+    tight loop (tts_engine/bench/results/profiles/h100_admission_trace.txt).
     Each piece is projected in the same batch as the official layout implies (bos/eos/pad together, role, text,
-    instruct), so the embeddings are bit-identical to computing them per request.
+    instruct), so the embeddings are bit-identical to computing them per request. `tts_pad` is also the text-side
+    embedding the code generator adds to every generated frame's feedback (non-streaming mode).
     """
 
     def __init__(self, talker: Talker, cfg: ModelConfig, tokenizer: TextTokenizer) -> None:
@@ -105,7 +108,6 @@ class PromptEmbedder:
 
     def _project(self, pieces: list[list[int]]) -> list[torch.Tensor]:
         """Text ids of several pieces -> their projected embeddings, each piece projected as its own batch."""
-        table = self.talker.model.text_embedding.weight
         ids = [i for piece in pieces for i in piece]
         if self._host_gather:
             staging = self._stage(len(ids))
@@ -114,8 +116,8 @@ class PromptEmbedder:
             if self._pinned:
                 self._staging_free = torch.cuda.Event()
                 self._staging_free.record()
-        else:
-            rows = torch.nn.functional.embedding(self._ids(ids), table)
+        else:  # the table is on the model's device: the talker's own lookup, piece by piece
+            return [self.talker.embed_text(self._ids(piece)) for piece in pieces]
         out, start = [], 0
         for piece in pieces:
             out.append(self.talker.text_projection(rows[start : start + len(piece)]))
@@ -158,9 +160,3 @@ class PromptEmbedder:
         parts.append(body + self._codec_pad.expand(len(text_ids) + 1, -1))
         parts.append(self._tail)
         return torch.cat(parts, dim=0), len(text_ids)
-
-
-@torch.no_grad()
-def tts_pad_embedding(talker: Talker, cfg: ModelConfig) -> torch.Tensor:
-    """The text-side embedding added to every generated frame's feedback in non-streaming mode ([H])."""
-    return talker.embed_text(torch.tensor([cfg.tts_pad_id], device=talker.model.text_embedding.weight.device))[0]

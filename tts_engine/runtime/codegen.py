@@ -35,7 +35,7 @@ from tts_engine.model.config import GenerationDefaults, ModelConfig
 from tts_engine.model.layers import rope_table
 from tts_engine.model.loader import LoadedModel
 from tts_engine.model.predictor import PREDICTOR_POSITIONS
-from tts_engine.model.prompt import PromptEmbedder, tts_pad_embedding, validate_request
+from tts_engine.model.prompt import PromptEmbedder, validate_request
 from tts_engine.model.sampling import choose, process_talker_logits, token_hashes
 
 #: absolute ceiling on frames per utterance (163.84 s), whatever the text length
@@ -135,8 +135,8 @@ class CodeGenerator:
         self.suppress[cfg.codec_eos_id] = False
         self.hash_talker = token_hashes(vocab, dev)
         self.hash_predictor = token_hashes(p.vocab_size, dev)
-        self.tts_pad = tts_pad_embedding(self.talker, cfg)
         self.prompts = PromptEmbedder(self.talker, cfg, model.tokenizer)
+        self.tts_pad = self.prompts.tts_pad  # the same row the prompt uses (official: one bos/eos/pad projection)
         # per-slot state
         self.positions = zeros(s, dtype=torch.long)
         self.frame = zeros(s, dtype=torch.long)
