@@ -7,6 +7,11 @@ Modes (every one prints a table and writes JSON with --json):
 - `codegen`, `decoder`, `stream`: one part of `ours` only.
 - `peer`     faster-qwen3-tts 0.5.4 on the same checkpoint/text/frame count (streaming chunk 8, chunk 1,
              offline); see bench/peer.py for how its numbers map onto ours.
+- `steps`    where one batched step spends its time as rows grow, against a floor per row count
+             (bench/step_profile.py; `--profile-rows`, `--kernels`).
+- `load`     many concurrent streams with open-loop arrivals: first audio, RTF, streaming viability per
+             concurrency level, aggregate audio/s (bench/load.py, bench/load_run.py); writes
+             results/<gpu>_load.json + .md + .png.
 - `all`      the same-run comparison: builds the random checkpoint in place (`make-checkpoint --preset`)
              unless --model-dir is given, runs `ours`, `ours --eager` and `peer` each in its own process
              (clean GPU memory, no shared graphs), and writes results/<gpu>.json (+ RESULTS.md).
@@ -34,7 +39,7 @@ RESULTS_DIR = Path(__file__).parent / "results"
 DEFAULT_TEXT = (
     "Hello! This is a streaming speech synthesis benchmark, measuring how quickly the first audio arrives."
 )
-MODES = ("ours", "codegen", "decoder", "stream", "peer", "all")
+MODES = ("ours", "codegen", "decoder", "stream", "peer", "steps", "load", "all")
 TARGETS = {"rtf_p50": 0.10, "ttfa_ms_p95": 30.0, "speedup_rtf": 3.0, "speedup_ttfa": 5.0, "gpu_mem_gib": 4.0}
 
 
@@ -60,6 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip-peer", action="store_true", help="all: leave the peer out (not a valid comparison)")
     parser.add_argument("--results-dir", default=str(RESULTS_DIR), help="all: where <gpu>.json and RESULTS.md go")
     parser.add_argument("--json", default="", help="write this mode's JSON here")
+    from tts_engine.bench import load_run
+
+    load_run.add_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -88,6 +96,14 @@ def _dispatch(args: argparse.Namespace) -> dict[str, Any]:
     if args.mode == "all":
         return run_all(args)
     model_dir = args.model_dir or str(ensure_checkpoint(args.preset, Path(args.workdir)))
+    if args.mode in ("steps", "load"):
+        from tts_engine.bench import load_run
+
+        result = load_run.run_mode(args, model_dir)
+        if args.mode == "load":
+            path = load_run.write_load_results(result, Path(args.results_dir), args.plot)
+            print(f"[bench] wrote {path} (+ .md, .png)")
+        return result
     if args.mode == "peer":
         from tts_engine.bench.peer import run_peer
 

@@ -1,0 +1,208 @@
+"""`python -m tts_engine bench load`: many concurrent streams with open-loop arrivals (issue 15).
+
+Contract (DESIGN.md §4 names):
+- Levels: `--levels 1,16,...,512` concurrent streams. Per level, N streams arrive open-loop (their start times
+  are fixed in advance, never waiting for earlier streams): `--arrivals window` spreads the N starts evenly over
+  `--window` seconds; `--arrivals poisson` draws exponential gaps at `--rate` streams/s (seeded).
+- Every stream is held to exactly `--frames` frames (the bench-only fixed frame count of bench/ours.py), first
+  packet 1 frame, then the engine's packet size.
+- Per stream: first audio = `engine.stream()` called -> first packet's PCM on the host (`Packet.t_ready`);
+  RTF = (last packet's t_ready - call) / audio duration. Lateness of packet k for a client buffer of B ms:
+  t_ready(k) - (t_ready(first) + audio delivered before k + B). A stream is *viable* at B when no packet is
+  late; streaming viability = viable streams / streams that ran.
+- A stream the engine refuses (`EngineBusyError`, the server's 503 + Retry-After) counts as refused, never as
+  viable; refusals are reported beside viability.
+- Per level: first audio P50/P95/P99, RTF P50/P95, viability and late-stream counts at each B (`--buffers-ms`,
+  default 0 and 100), worst lateness, aggregate seconds of audio per wall second, peak GPU memory, and the
+  engine's own step statistics over the level.
+Nothing here changes the engine; the level runs through the public `Engine.stream` API like any client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from tts_engine.bench.stats import BenchError, percentile
+
+SAMPLE_RATE = 24_000
+SAMPLES_PER_FRAME = 1920
+
+
+@dataclass
+class StreamTrace:
+    """What one client saw: when it asked, and each packet's (t_ready, samples)."""
+
+    t_call: float
+    packets: list[tuple[float, int]] = field(default_factory=list)
+    refused: bool = False
+    error: str | None = None
+
+    @property
+    def samples(self) -> int:
+        return sum(n for _, n in self.packets)
+
+    def first_audio_ms(self) -> float:
+        return (self.packets[0][0] - self.t_call) * 1000.0
+
+    def rtf(self) -> float:
+        return (self.packets[-1][0] - self.t_call) / (self.samples / SAMPLE_RATE)
+
+    def worst_lateness_ms(self, buffer_ms: float) -> float:
+        """Largest t_ready - deadline over the packets (<= 0: every packet in time for this buffer)."""
+        t_first = self.packets[0][0]
+        delivered = 0
+        worst = float("-inf")
+        for t_ready, n in self.packets:
+            deadline = t_first + delivered / SAMPLE_RATE + buffer_ms / 1000.0
+            worst = max(worst, (t_ready - deadline) * 1000.0)
+            delivered += n
+        return worst
+
+
+def arrival_offsets(n: int, mode: str, window_s: float, rate: float, seed: int = 0) -> list[float]:
+    """Start offsets (s) of n streams: evenly over window_s, or Poisson at `rate` streams/s."""
+    if n < 1:
+        raise BenchError(f"a level needs >= 1 stream, got {n}")
+    if mode == "window":
+        return [window_s * i / n for i in range(n)]
+    if mode == "poisson":
+        if rate <= 0:
+            raise BenchError(f"--rate={rate} is out of range for poisson arrivals (allowed: > 0)")
+        rng = random.Random(seed)
+        t, out = 0.0, []
+        for _ in range(n):
+            out.append(t)
+            t += rng.expovariate(rate)
+        return out
+    raise BenchError(f"--arrivals={mode!r} is not allowed; choose window or poisson")
+
+
+async def _client(engine: Any, trace: StreamTrace, text: str, speaker: str, language: str, frames: int) -> None:
+    from tts_engine.errors import EngineBusyError
+
+    try:
+        handle = engine.stream(text, speaker, language, max_frames=frames, first_packet_frames=1)
+    except EngineBusyError:
+        trace.refused = True
+        return
+    try:
+        async for packet in handle:
+            trace.packets.append((packet.t_ready, len(packet.pcm)))
+    except Exception as exc:  # noqa: BLE001 - recorded per stream, the level goes on
+        trace.error = f"{type(exc).__name__}: {exc}"
+
+
+async def run_level(engine: Any, n: int, *, text: str, speaker: str, language: str, frames: int,
+                    arrivals: str = "window", window_s: float = 2.0, rate: float = 0.0,
+                    seed: int = 0) -> list[StreamTrace]:
+    """Start n streams at their fixed offsets (open loop) and wait for all of them."""
+    offsets = arrival_offsets(n, arrivals, window_s, rate, seed)
+    loop = asyncio.get_running_loop()
+    t_start = loop.time() + 0.05
+    traces: list[StreamTrace] = []
+    tasks = []
+    for offset in offsets:
+        delay = t_start + offset - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        trace = StreamTrace(t_call=time.perf_counter())
+        traces.append(trace)
+        tasks.append(asyncio.create_task(_client(engine, trace, text, speaker, language, frames)))
+    await asyncio.gather(*tasks)
+    return traces
+
+
+def summarize_level(traces: list[StreamTrace], *, frames: int, buffers_ms: list[float]) -> dict[str, Any]:
+    """The per-level figures (see the module docstring)."""
+    ran = [t for t in traces if not t.refused and t.error is None and t.packets]
+    errors = [t.error for t in traces if t.error]
+    short = [t for t in ran if t.samples != frames * SAMPLES_PER_FRAME]
+    if short:
+        raise BenchError(f"{len(short)} stream(s) produced {short[0].samples} samples, expected "
+                         f"{frames * SAMPLES_PER_FRAME} ({frames} frames); the fixed frame count did not hold")
+    out: dict[str, Any] = {"streams": len(traces), "ran": len(ran),
+                           "refused": sum(t.refused for t in traces), "errors": len(errors),
+                           "error_examples": errors[:3]}
+    if not ran:
+        return out
+    first = [t.first_audio_ms() for t in ran]
+    rtf = [t.rtf() for t in ran]
+    out["first_audio_ms"] = {f"p{q}": round(percentile(first, q), 2) for q in (50, 95, 99)}
+    out["first_audio_ms"]["max"] = round(max(first), 2)
+    out["rtf"] = {"p50": round(percentile(rtf, 50), 4), "p95": round(percentile(rtf, 95), 4),
+                  "max": round(max(rtf), 4)}
+    for b in buffers_ms:
+        worst = [t.worst_lateness_ms(b) for t in ran]
+        late = sum(w > 0 for w in worst)
+        out[f"buffer_{int(b)}ms"] = {
+            "viability": round((len(ran) - late) / len(traces), 4),
+            "late_streams": late,
+            "worst_lateness_ms": round(max(0.0, max(worst)), 2),
+        }
+    t0 = min(t.t_call for t in ran)
+    t1 = max(t.packets[-1][0] for t in ran)
+    out["audio_s_per_s"] = round(sum(t.samples for t in ran) / SAMPLE_RATE / (t1 - t0), 2)
+    out["wall_s"] = round(t1 - t0, 3)
+    return out
+
+
+def _step_stats_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    keys = ("steps", "frames_generated")
+    return {k: after.get(k, 0) - before.get(k, 0) for k in keys if k in after}
+
+
+def run_load(engine: Any, levels: list[int], *, text: str, speaker: str, language: str, frames: int,
+             arrivals: str, window_s: float, rate: float, buffers_ms: list[float], seed: int = 0,
+             pause_s: float = 1.0, progress: Any = print) -> list[dict[str, Any]]:
+    """Every level in turn on one loaded engine (idle between levels); returns one summary per level."""
+    results = []
+    for n in levels:
+        before = engine.stats()
+        traces = asyncio.run(run_level(engine, n, text=text, speaker=speaker, language=language, frames=frames,
+                                       arrivals=arrivals, window_s=window_s, rate=rate, seed=seed))
+        summary = {"concurrency": n, **summarize_level(traces, frames=frames, buffers_ms=buffers_ms)}
+        summary["engine"] = _step_stats_delta(before, engine.stats())
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                summary["gpu_max_reserved_gib"] = round(torch.cuda.max_memory_reserved() / 2**30, 3)
+        except ImportError:  # pragma: no cover
+            pass
+        results.append(summary)
+        if progress is not None:
+            progress(f"[bench load] {format_level(summary)}")
+        time.sleep(pause_s)  # let the engine drain completely before the next level
+    return results
+
+
+def format_level(s: dict[str, Any]) -> str:
+    if "first_audio_ms" not in s:
+        return f"N={s['concurrency']}: nothing ran (refused {s.get('refused')}, errors {s.get('errors')})"
+    parts = [f"N={s['concurrency']}", f"first audio P50/P95/P99 {s['first_audio_ms']['p50']}/"
+             f"{s['first_audio_ms']['p95']}/{s['first_audio_ms']['p99']} ms",
+             f"RTF P50/P95 {s['rtf']['p50']}/{s['rtf']['p95']}"]
+    for key, v in s.items():
+        if key.startswith("buffer_"):
+            parts.append(f"viability@{key[7:]} {v['viability']:.3f} (late {v['late_streams']}, "
+                         f"worst {v['worst_lateness_ms']} ms)")
+    parts.append(f"{s['audio_s_per_s']} audio s/s, refused {s['refused']}, errors {s['errors']}")
+    return ", ".join(parts)
+
+
+LEVEL_COLUMNS = ["N", "first_p50_ms", "first_p95_ms", "first_p99_ms", "rtf_p50", "rtf_p95", "viab_B0",
+                 "viab_B100", "late_B0", "worst_late_B0_ms", "audio_s/s", "refused"]
+
+
+def level_row(s: dict[str, Any]) -> dict[str, Any]:
+    fa, rtf = s.get("first_audio_ms", {}), s.get("rtf", {})
+    b0, b100 = s.get("buffer_0ms", {}), s.get("buffer_100ms", {})
+    return {"N": s["concurrency"], "first_p50_ms": fa.get("p50"), "first_p95_ms": fa.get("p95"),
+            "first_p99_ms": fa.get("p99"), "rtf_p50": rtf.get("p50"), "rtf_p95": rtf.get("p95"),
+            "viab_B0": b0.get("viability"), "viab_B100": b100.get("viability"), "late_B0": b0.get("late_streams"),
+            "worst_late_B0_ms": b0.get("worst_lateness_ms"), "audio_s/s": s.get("audio_s_per_s"),
+            "refused": s.get("refused")}

@@ -1,0 +1,147 @@
+"""The `load` and `steps` modes of `python -m tts_engine bench` (issue 15), on one loaded engine.
+
+- `steps`: the per-row-count step profile (bench/step_profile.py) and, with `--kernels`, top-kernel tables.
+- `load`: the step profile (unless `--profile-rows ""`), then every concurrency level of bench/load.py; writes
+  `results/<gpu>_load[_<preset>].json`, a markdown table beside it and a PNG plot (first audio and streaming
+  viability against concurrency). The peer's capacity (it cannot batch) comes from `--peer-levels`, run in its
+  own process (bench/peer_load.py) so its GPU memory never mixes with ours.
+Both hold every stream to `--frames` frames (bench/ours.py's fixed frame count) and load the engine with
+`--max-streams` slots (default: the largest level) and `--max-positions` positions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from tts_engine.bench.stats import BenchError, device_slug, format_table, write_json
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--levels", default="1,16,32,64,96,128,160,192,256,384,512",
+                        help="load: concurrent streams per level (comma list)")
+    parser.add_argument("--arrivals", default="window", choices=("window", "poisson"),
+                        help="load: N starts spread evenly over --window, or Poisson at --rate")
+    parser.add_argument("--window", type=float, default=2.0, help="load: seconds over which a level's N streams start")
+    parser.add_argument("--rate", type=float, default=0.0, help="load: Poisson arrival rate (streams/s)")
+    parser.add_argument("--buffers-ms", default="0,100", help="load: client buffers B for streaming viability")
+    parser.add_argument("--profile-rows", default="1,2,4,8,16,32,64,128,256",
+                        help="steps/load: row counts of the step profile ('' skips it in load)")
+    parser.add_argument("--kernels", default="", help="steps/load: row counts that get a top-kernel table")
+    parser.add_argument("--peer-levels", default="", help="load: concurrent requests for the peer (e.g. 1,2,4)")
+    parser.add_argument("--plot", default="", help="load: PNG path (default: beside the results JSON)")
+
+
+def _ints(text: str, name: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise BenchError(f"--{name}={text!r} is not a comma list of integers") from None
+    if any(v < 1 for v in values):
+        raise BenchError(f"--{name}={text!r}: every value must be >= 1")
+    return values
+
+
+def run_mode(args: argparse.Namespace, model_dir: str) -> dict[str, Any]:
+    import torch
+
+    from tts_engine.bench.load import LEVEL_COLUMNS, level_row, run_load
+    from tts_engine.bench.ours import _force_fixed_frames, load_engine
+    from tts_engine.bench.step_profile import PROFILE_COLUMNS, kernel_table, profile_rows
+
+    levels = _ints(args.levels, "levels") if args.mode == "load" else []
+    rows = _ints(args.profile_rows, "profile-rows")
+    kernels = _ints(args.kernels, "kernels")
+    buffers = [float(b) for b in args.buffers_ms.split(",") if b.strip()]
+    slots = max([args.max_streams, *levels, *rows, *kernels])
+    _force_fixed_frames(args.frames)
+    engine, load_s = load_engine(model_dir, eager=args.eager, max_streams=slots, max_positions=args.max_positions)
+    print(f"[bench {args.mode}] engine loaded in {load_s:.1f} s with {slots} slots", flush=True)
+    result: dict[str, Any] = {
+        "device": torch.cuda.get_device_name(), "date": _dt.date.today().isoformat(), "torch": torch.__version__,
+        "preset": args.preset, "model_dir": model_dir, "frames": args.frames, "slots": slots,
+        "max_positions": args.max_positions, "eager": args.eager, "load_s": round(load_s, 2),
+        "command": "python -m tts_engine bench " + shlex.join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else
+                                                              sys.argv[1:]),
+    }
+    partial = Path(args.results_dir) / f"{device_slug(result['device'])}_{args.mode}.partial.json"
+    try:
+        common = dict(text=args.text, speaker=args.speaker, language=args.language)
+        if rows:
+            result["step_profile"] = profile_rows(engine, rows, **common)
+            print(format_table(result["step_profile"], PROFILE_COLUMNS), flush=True)
+            write_json(partial, result)  # a run cut short by a time limit still leaves what it measured
+        if kernels:
+            result["kernels"] = [kernel_table(engine, r, **common) for r in kernels]
+            write_json(partial, result)
+        if levels:
+            result["arrivals"] = {"mode": args.arrivals, "window_s": args.window, "rate": args.rate}
+            result["levels"] = run_load(engine, levels, frames=args.frames, arrivals=args.arrivals,
+                                        window_s=args.window, rate=args.rate, buffers_ms=buffers, **common)
+            print(format_table([level_row(s) for s in result["levels"]], LEVEL_COLUMNS), flush=True)
+        result["engine_stats"] = engine.stats()
+    finally:
+        engine.close()
+    return result
+
+
+def write_load_results(result: dict[str, Any], results_dir: Path, plot: str = "") -> Path:
+    """<gpu>_load[_preset].json + .md beside it + the PNG; returns the JSON path."""
+    from tts_engine.bench.load import LEVEL_COLUMNS, level_row
+
+    name = device_slug(result["device"]) + "_load" + ("" if result["preset"] == "0.6b" else f"_{result['preset']}")
+    path = write_json(results_dir / f"{name}.json", result)
+    lines = [f"# {result['device']}, preset {result['preset']}, {result['date']}", "",
+             f"`{result['command']}` (torch {result['torch']}, {result['frames']} frames per stream, "
+             f"{result['slots']} slots)", ""]
+    if result.get("levels"):
+        lines += ["| " + " | ".join(LEVEL_COLUMNS) + " |", "|" + "---|" * len(LEVEL_COLUMNS)]
+        for s in result["levels"]:
+            row = level_row(s)
+            lines.append("| " + " | ".join("-" if row[c] is None else str(row[c]) for c in LEVEL_COLUMNS) + " |")
+    (results_dir / f"{name}.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    if result.get("levels"):
+        plot_levels(result, Path(plot) if plot else results_dir / f"{name}.png")
+    return path
+
+
+def plot_levels(result: dict[str, Any], out: Path) -> None:
+    """First audio P50/P95 and streaming viability (B = 0 / 100 ms) against concurrency."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    levels = [s for s in result["levels"] if "first_audio_ms" in s]
+    n = [s["concurrency"] for s in levels]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for q in ("p50", "p95", "p99"):
+        ax1.plot(n, [s["first_audio_ms"][q] for s in levels], marker="o", label=f"first audio {q.upper()}")
+    ax1.set_xlabel("concurrent streams")
+    ax1.set_ylabel("ms")
+    ax1.set_title("first audio")
+    ax1.legend()
+    ax1.grid(alpha=0.3)
+    for key in sorted(k for k in levels[0] if k.startswith("buffer_")):
+        ax2.plot(n, [100.0 * s[key]["viability"] for s in levels], marker="o", label=f"B = {key[7:]}")
+    ax2.set_ylim(-5, 105)
+    ax2.set_xlabel("concurrent streams")
+    ax2.set_ylabel("% streams with no late packet")
+    ax2.set_title("streaming viability")
+    ax2.legend()
+    ax2.grid(alpha=0.3)
+    fig.suptitle(f"{result['device']}, {result['preset']}, {result['frames']} frames/stream, "
+                 f"{result['arrivals']['mode']} arrivals over {result['arrivals']['window_s']} s")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def load_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))
