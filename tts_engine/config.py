@@ -25,6 +25,11 @@ KNOWN_TTS_VARIABLES = (
     "TTS_DEEP_STREAM_DETERMINISTIC_POLICY",
     "TTS_DEEP_STREAM_SEED",
     "TTS_DEEP_STREAM_MAX_STREAMS",
+    "TTS_DEEP_STREAM_GPU_MEMORY_FRACTION",
+    "TTS_DEEP_STREAM_STEP_BUDGET_MS",
+    "TTS_DEEP_STREAM_QUEUE",
+    "TTS_DEEP_STREAM_ADMIT_PER_STEP",
+    "TTS_TALKER_BATCHED_ATTENTION",  # runtime/fusion.py: sdpa (default) or reduce for many-row talker steps
     "TTS_DEEP_STREAM_MAX_POSITIONS",
     "TTS_DEEP_STREAM_MAX_TEXT_CHARS",
     "TTS_DEEP_STREAM_MAX_BUFFER_SECONDS",
@@ -62,7 +67,11 @@ class EngineConfig:
     deterministic: bool = True
     deterministic_policy: str = "greedy"  # greedy | seeded
     seed: int = 42
-    max_streams: int = 16  # concurrent stream slots (static cache batch size)
+    max_streams: int = 0  # stream slots (static cache rows); 0 = auto: 16 on a CPU, what fits the GPU on CUDA
+    gpu_memory_fraction: float = 0.85  # auto slots: share of the GPU memory free at load the slots may take
+    step_budget_ms: float = 60.0  # capacity = the most rows whose measured step fits this (a frame is 80 ms)
+    queue_limit: int = 16  # streams that may wait for a running one to end; past it EngineBusyError (503)
+    admit_per_step: int = 4  # most admissions (prompt + prefill) between two steps
     # talker KV positions per slot: prompt + frames of one stream (768 ~ 55 s of speech); memory ~ slots x this
     max_positions: int = 768
     max_text_chars: int = 2000
@@ -89,7 +98,11 @@ class EngineConfig:
             deterministic=env.bool("TTS_DEEP_STREAM_DETERMINISTIC", True),
             deterministic_policy=env.choice("TTS_DEEP_STREAM_DETERMINISTIC_POLICY", "greedy", ("greedy", "seeded")),
             seed=env.int("TTS_DEEP_STREAM_SEED", 42, lo=0, hi=2**62),
-            max_streams=env.int("TTS_DEEP_STREAM_MAX_STREAMS", 16, lo=1, hi=1024),
+            max_streams=_slots(env.str("TTS_DEEP_STREAM_MAX_STREAMS", "auto")),
+            gpu_memory_fraction=env.float("TTS_DEEP_STREAM_GPU_MEMORY_FRACTION", 0.85, lo=0.05, hi=0.98),
+            step_budget_ms=env.float("TTS_DEEP_STREAM_STEP_BUDGET_MS", 60.0, lo=5.0, hi=1000.0),
+            queue_limit=env.int("TTS_DEEP_STREAM_QUEUE", 16, lo=0, hi=100_000),
+            admit_per_step=env.int("TTS_DEEP_STREAM_ADMIT_PER_STEP", 4, lo=1, hi=256),
             max_positions=env.int("TTS_DEEP_STREAM_MAX_POSITIONS", 768, lo=128, hi=32768),
             max_text_chars=env.int("TTS_DEEP_STREAM_MAX_TEXT_CHARS", 2000, lo=1, hi=100_000),
             max_buffered_seconds=env.float("TTS_DEEP_STREAM_MAX_BUFFER_SECONDS", 600.0, lo=1.0, hi=86_400.0),
@@ -120,11 +133,28 @@ class EngineConfig:
         for name, value, lo in (
             ("TTS_DEEP_STREAM_PACKET_TOKENS", self.packet_frames, 1),
             ("TTS_DEEP_STREAM_FIRST_PACKET_TOKENS", self.first_packet_frames, 1),
-            ("TTS_DEEP_STREAM_MAX_STREAMS", self.max_streams, 1),
+            ("TTS_DEEP_STREAM_MAX_STREAMS", self.max_streams, 0),
             ("TTS_DEEP_STREAM_MAX_POSITIONS", self.max_positions, 128),
         ):
             if value < lo:
                 raise ConfigError(f"{name}={value} is out of range (allowed: >= {lo})")
+
+
+MAX_SLOTS = 1024
+
+
+def _slots(raw: str) -> int:
+    """TTS_DEEP_STREAM_MAX_STREAMS: `auto` (0) or a slot count 1..1024."""
+    value = raw.strip().lower()
+    if value in ("auto", "0", ""):
+        return 0
+    try:
+        slots = int(value)
+    except ValueError:
+        slots = -1
+    if not 1 <= slots <= MAX_SLOTS:
+        raise ConfigError(f"TTS_DEEP_STREAM_MAX_STREAMS={raw!r} is not allowed; give auto or an integer 1..{MAX_SLOTS}")
+    return slots
 
 
 def unknown_tts_variables(environ: Mapping[str, str] | None = None) -> list[str]:

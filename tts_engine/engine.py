@@ -13,8 +13,11 @@ Contract:
   work stops within one frame step and its slot frees. A slow consumer never stalls other streams: its
   unread audio is capped (`max_buffered_seconds`), past the cap its stream alone is cancelled with
   `StreamOverflowError`.
-- At most `max_streams` streams are open at once; one more raises `EngineBusyError` at once (the
-  server turns that into 503 + Retry-After). `capacity()` / `active_streams()` feed the agent's load_fnc.
+- Slots (`TTS_DEEP_STREAM_MAX_STREAMS`, default auto: what fits the GPU memory free at load, 16 on a CPU) size
+  the caches; capacity is measured at load on CUDA: the most rows whose step fits `step_budget_ms` (a frame is
+  80 ms of audio). At most `capacity` streams run; up to `queue_limit` more wait for one to end (in arrival
+  order); one more raises `EngineBusyError` at once (the server turns that into 503 + Retry-After), so running
+  streams never slow down past real time. `capacity()` / `active_streams()` feed the agent's load_fnc.
 - `synthesize` is `stream` concatenated, so offline and streaming PCM are identical by construction;
   packet sizes only regroup samples of a decoder that always steps one frame at a time.
 - Deterministic mode: greedy, or seeded sampling with a per-stream seed (config seed unless the call
@@ -47,6 +50,7 @@ from tts_engine.errors import (
     UnknownLanguageError,
     UnknownSpeakerError,
 )
+from tts_engine.runtime.admission import AdmissionPolicy, resolve_slots
 from tts_engine.runtime.codedump import CodeDumper
 from tts_engine.runtime.metrics import EngineCounters, StreamMetrics
 from tts_engine.runtime.scheduler import Scheduler
@@ -90,7 +94,8 @@ class Engine:
         self.device: torch.device = model.device
         self.counters = EngineCounters()
         fusion = fuse_model(model)  # CUDA: compiled (fused) layer pieces, before any graph is captured
-        self.codegen = CodeGenerator(model, max_slots=config.max_streams, max_seq_len=config.max_positions)
+        self.slots = resolve_slots(config, model)
+        self.codegen = CodeGenerator(model, max_slots=self.slots, max_seq_len=config.max_positions)
         self._dumper = CodeDumper(config.code_dump_dir) if config.code_dump_enable else None
         self._open: set[int] = set()  # id() of channels holding a reservation
         self._lock = threading.Lock()
@@ -99,7 +104,7 @@ class Engine:
         self.max_buffered_frames = max(1, int(config.max_buffered_seconds * SAMPLE_RATE / SAMPLES_PER_FRAME))
         # CUDA graphs of the two step call sites, captured once here (before the worker starts), shared by all streams
         graphs = StepGraphs(
-            self.codegen, model.codec, max_slots=config.max_streams, device=self.device,
+            self.codegen, model.codec, max_slots=self.slots, device=self.device,
             talker=config.cudagraph_talker, predictor=config.cudagraph_predictor,
             decoder_graph=config.cudagraph_decoder,
             sampling_variants=(False,) if config.deterministic and config.deterministic_policy == "greedy"
@@ -110,16 +115,26 @@ class Engine:
         self.scheduler = Scheduler(
             self.codegen,
             model.codec,
-            max_slots=config.max_streams,
+            max_slots=self.slots,
             device=self.device,
             eos_code=int(model.config.codec_eos_id),
             counters=self.counters,
             on_stream_end=self._on_stream_end,
             timing=config.metrics,
             graphs=graphs,
+            policy=AdmissionPolicy(max_per_step=config.admit_per_step),
         )
+        if self.device.type == "cuda":  # capacity from measured step costs (CPU: every slot, nothing measured)
+            self.scheduler.measure_costs(self._admit_probe, config.step_budget_ms)
         self.scheduler.start()
         self.warmup_s: float | None = None
+
+    def _admit_probe(self, slot: int) -> None:
+        """One real admission (prompt + prefill) for the cost measurement at load."""
+        from tts_engine.runtime.codegen import SamplingParams
+
+        prompt = self.codegen.prepare(WARMUP_TEXT, self.speakers[0], "auto")
+        self.codegen.admit(slot, prompt, SamplingParams.greedy())
 
     # ---- construction ---------------------------------------------------------------------------
     @classmethod
@@ -251,11 +266,11 @@ class Engine:
         )
         channel = StreamChannel(request, loop, self.max_buffered_frames)
         with self._lock:
-            if len(self._open) >= self.config.max_streams:
+            if len(self._open) >= self.capacity() + self.config.queue_limit:
                 self.counters.add("streams_rejected_busy")
                 raise EngineBusyError(
-                    f"all {self.config.max_streams} stream slots are busy; retry shortly "
-                    "(raise TTS_DEEP_STREAM_MAX_STREAMS for more)"
+                    f"the engine is busy: {self.capacity()} streams run at once (its capacity) and "
+                    f"{self.config.queue_limit} may wait (TTS_DEEP_STREAM_QUEUE); retry shortly"
                 )
             self._open.add(id(channel))
         self.counters.add("streams_started")
@@ -316,7 +331,8 @@ class Engine:
 
     # ---- load reporting -------------------------------------------------------------------------
     def capacity(self) -> int:
-        return self.config.max_streams
+        """Streams that run at once without slowing past real time (measured at load on CUDA; slots on a CPU)."""
+        return self.scheduler.capacity
 
     def active_streams(self) -> int:
         with self._lock:
@@ -337,6 +353,11 @@ class Engine:
             "dtype": str(self.model.dtype).replace("torch.", ""),
             "model_dir": self.config.model_dir,
             "capacity": self.capacity(),
+            "slots": self.slots,
+            "queue_limit": self.config.queue_limit,
+            "step_budget_ms": self.config.step_budget_ms,
+            "step_costs_ms": dict(self.scheduler.step_costs_ms),
+            "admit_cost_ms": self.scheduler.admit_cost_ms,
             "open_streams": self.active_streams(),
             "running_streams": self.scheduler.active_count,
             "pending_streams": self.scheduler.pending_count,

@@ -18,7 +18,7 @@ import torch
 
 from tts_engine.errors import CheckpointError
 from tts_engine.runtime.codedump import load_code_dump
-from tts_engine.runtime.scheduler import pcm_to_int16
+from tts_engine.runtime.frame_step import pcm_to_int16
 from tts_engine.runtime.wav import wav_bytes
 
 

@@ -48,6 +48,11 @@ def test_device_slug_and_buckets() -> None:
     assert buckets_for(1) == [1]
     assert buckets_for(16) == [1, 2, 4, 8, 16]
     assert buckets_for(12) == [1, 2, 4, 8, 12]
+    assert buckets_for(256) == [1, 2, 4, 8, 16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256]
+    assert buckets_for(500)[-5:] == [256, 320, 384, 448, 500]
+    for n in range(17, 513):  # no step runs far more rows than are active
+        bucket = next(b for b in buckets_for(512) if b >= n)
+        assert bucket <= n * 1.25 + 15, (n, bucket)
 
 
 def test_step_graphs_on_cpu_run_eagerly_and_count_why() -> None:

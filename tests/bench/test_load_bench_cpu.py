@@ -86,3 +86,12 @@ def test_step_profile_and_kernel_table_run_on_the_tiny_engine(make_engine: Calla
     assert table["top"] and table["kernels_per_step"] > 0
     # the engine still serves afterwards
     assert engine.codegen.active == [False, False]
+
+
+def test_attention_variants_run_on_the_tiny_engine(make_engine: Callable[..., Any]) -> None:
+    from tts_engine.bench.step_profile import attention_variants
+
+    engine = make_engine(max_streams=2)
+    rows = attention_variants(engine, [1, 2], iters=2)
+    assert [r["rows"] for r in rows] == [1, 2]
+    assert all(r["max_abs_diff"] < 1e-4 for r in rows)  # the same function (fp32 on the CPU)

@@ -58,11 +58,11 @@ async def test_aclose_and_task_cancel_stop_the_stream(make_engine) -> None:
 
 
 async def test_busy_engine_refuses_at_once_and_recovers(make_engine) -> None:
-    engine = make_engine(max_streams=2)
+    engine = make_engine(max_streams=2, queue_limit=0)
     a = engine.stream(TEXT, "serena", max_frames=6)
     b = engine.stream(TEXT, "ryan", max_frames=6)
     assert engine.load_fraction() == 1.0
-    with pytest.raises(EngineBusyError, match="2 stream slots"):
+    with pytest.raises(EngineBusyError, match=r"2 streams run at once \(its capacity\) and 0 may wait"):
         engine.stream(TEXT, "sohee", max_frames=6)
     await collect(a)
     await collect(b)
@@ -72,21 +72,53 @@ async def test_busy_engine_refuses_at_once_and_recovers(make_engine) -> None:
     assert engine.stats()["streams_rejected_busy"] == 1
 
 
-async def test_slots_are_reused_lowest_free_first(make_engine) -> None:
+async def test_running_rows_stay_packed_at_the_bottom(make_engine) -> None:
+    """When a stream ends, the highest running one moves into its slot, so a step never runs a finished row."""
     engine = make_engine(max_streams=4)
     handles = [engine.stream(TEXT, "serena", max_frames=LONG) for _ in range(3)]
     for handle in handles:
         await handle.__anext__()
     assert sorted(h.metrics.slot for h in handles) == [0, 1, 2]
-    slot0 = next(h for h in handles if h.metrics.slot == 0)
-    slot0.cancel()
-    await wait_until(lambda: engine.stats()["running_streams"] == 2)
+    top = next(h for h in handles if h.metrics.slot == 2)
+    next(h for h in handles if h.metrics.slot == 0).cancel()
+    await wait_until(lambda: engine.stats()["running_streams"] == 2 and top.metrics.slot == 0)
+    assert sorted(h.metrics.slot for h in handles if h.metrics.status == "running") == [0, 1]
+    assert engine.stats()["slot_moves"] >= 1
     newcomer = engine.stream(TEXT, "ryan", max_frames=LONG)
     await newcomer.__anext__()
-    assert newcomer.metrics.slot == 0
+    assert newcomer.metrics.slot == 2
     for handle in [*handles, newcomer]:
         handle.cancel()
     await wait_until(lambda: engine.stats()["running_streams"] == 0)
+
+
+async def test_a_moved_stream_keeps_its_exact_audio(make_engine) -> None:
+    """Compaction moves a stream's whole state (talker cache and counters, decoder context): it goes on with the
+    codes and audio it has alone (batched fp32 math may move a sample by one LSB; a lost state would not)."""
+    engine = make_engine(max_streams=3)
+    solo = engine.stream(TEXT, "ryan", max_frames=12)
+    alone, _ = await collect(solo)
+    short = engine.stream(TEXT, "serena", max_frames=3)
+    middle = engine.stream(TEXT, "vivian", max_frames=20)
+    moved = engine.stream(TEXT, "ryan", max_frames=12)  # slot 2, moves to slot 0 when `short` ends
+    (pcm, _), _, _ = await asyncio.gather(collect(moved), collect(short), collect(middle))
+    assert engine.stats()["slot_moves"] >= 1
+    assert np.array_equal(np.stack(moved._channel.request.codes), np.stack(solo._channel.request.codes))
+    assert len(pcm) == len(alone) and np.abs(pcm.astype(np.int32) - alone.astype(np.int32)).max() <= 1
+
+
+async def test_streams_past_capacity_wait_in_a_bounded_queue(make_engine) -> None:
+    """At capacity a new stream waits (arrival order) instead of slowing the running ones; past the queue, busy."""
+    engine = make_engine(max_streams=2, queue_limit=1)
+    first = [engine.stream(TEXT, "serena", max_frames=8) for _ in range(2)]
+    waiting = engine.stream(TEXT, "ryan", max_frames=4)
+    with pytest.raises(EngineBusyError, match="TTS_DEEP_STREAM_QUEUE"):
+        engine.stream(TEXT, "sohee", max_frames=4)
+    assert engine.stats()["running_streams"] <= 2
+    results = await asyncio.gather(*(collect(h) for h in [*first, waiting]))
+    assert [len(pcm) for pcm, _ in results] == [8 * 1920, 8 * 1920, 4 * 1920]
+    assert waiting.metrics.t_admitted >= min(h.metrics.t_done for h in first)
+    assert engine.active_streams() == 0
 
 
 async def test_slow_consumer_is_cut_off_without_stalling_others(make_engine) -> None:

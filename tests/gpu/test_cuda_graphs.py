@@ -165,3 +165,43 @@ def test_captured_call_refuses_a_shape_change() -> None:
     assert torch.equal(call(y), y * 2 + 1)
     with pytest.raises(GraphShapeError, match="argument 0"):
         call(torch.randn(5, 8, device="cuda"))
+
+
+async def test_compaction_moves_keep_graph_equal_to_eager(engines: dict[str, Any]) -> None:
+    """A short stream ends first and the highest running row moves into its slot (bucket 4 -> 2): the moved
+    stream's codes and PCM stay graph == eager."""
+
+    async def run_mixed(engine: Any) -> list[tuple[np.ndarray, np.ndarray]]:
+        held = engine.scheduler.call(lambda: time.sleep(0.3))
+        frames = [8, FRAMES, FRAMES]
+        texts = [TEXT, "A second, different sentence.", "And a third one, to fill three rows."]
+        tasks = [asyncio.ensure_future(_frames(engine, t, n)) for t, n in zip(texts, frames, strict=True)]
+        await asyncio.sleep(0)
+        results = await asyncio.gather(*tasks)
+        held.result()
+        return results
+
+    async def _frames(engine: Any, text: str, n: int) -> tuple[np.ndarray, np.ndarray]:
+        handle = engine.stream(text, engine.speakers[0], "auto", max_frames=n)
+        parts = [packet.pcm async for packet in handle]
+        return np.concatenate(parts), handle.codes()
+
+    moves = {name: engine.stats()["slot_moves"] for name, engine in engines.items()}
+    graphed = await run_mixed(engines["graph"])
+    eager = await run_mixed(engines["eager"])
+    for name, engine in engines.items():
+        assert engine.stats()["slot_moves"] > moves[name], name
+    for (g_pcm, g_codes), (e_pcm, e_codes) in zip(graphed, eager, strict=True):
+        assert np.array_equal(g_codes, e_codes)
+        assert g_pcm.tobytes() == e_pcm.tobytes()
+
+
+def test_capacity_comes_from_measured_step_costs(engines: dict[str, Any]) -> None:
+    from tts_engine.runtime.admission import capacity_from_costs
+
+    for engine in engines.values():
+        stats = engine.stats()
+        costs = {int(k): v for k, v in stats["step_costs_ms"].items()}
+        assert sorted(costs) == engine.scheduler.stepper.graphs.buckets and all(v > 0 for v in costs.values())
+        assert stats["admit_cost_ms"] > 0
+        assert engine.capacity() == capacity_from_costs(costs, stats["step_budget_ms"], engine.slots)

@@ -89,3 +89,18 @@ def test_fixed_position_passes_match_static_passes_logit_by_logit(fresh_model: A
     assert len(seen[True]) == len(seen[False]) == fresh_model.config.num_code_groups - 1
     for ref, got in zip(seen[False], seen[True], strict=True):
         torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("batched_attention", ["sdpa", "reduce"])
+def test_split_batched_talker_step_matches_the_whole_step(fresh_model: Any, batched_attention: str) -> None:
+    """Many rows with `split_step` (cache written outside `attend_out`, as the CUDA fusion sets it) compute the
+    same logits and codes as the single-function step."""
+    ref_codes, ref_logits = _frames(fresh_model, 12)
+    for module in fresh_model.talker.model.modules():
+        if hasattr(module, "split_step"):
+            module.split_step = True
+            module.batched_attention = batched_attention
+    got_codes, got_logits = _frames(fresh_model, 12)
+    assert torch.equal(ref_codes, got_codes)
+    for ref, got in zip(ref_logits, got_logits, strict=True):
+        torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)

@@ -116,7 +116,7 @@ async def test_every_bad_input_is_a_400_naming_the_field(serve, endpoint: str) -
 
 
 async def test_too_many_streams_is_a_503_with_retry_after(serve) -> None:
-    srv = await serve(max_streams=1)
+    srv = await serve(max_streams=1, queue_limit=0)
     body = {"text": TEXT, "speaker": "serena", "max_frames": 400}
     async with srv.session.post(f"{srv.base}/tts/stream", json=body) as first:
         assert first.status == 200

@@ -70,7 +70,7 @@ def instrument(engine: Engine) -> None:
     wrap(gen, "admit", None, "admitted")
     if gen.prefill_hook is not None:
         wrap(gen, "prefill_hook", "prefill_start", "prefill_end")
-    wrap(engine.scheduler, "run_step", "step_start", "step_end")
+    wrap(engine.scheduler.stepper, "run", "step_start", "step_end")
 
 
 async def one_stream(engine: Engine) -> dict[str, float]:

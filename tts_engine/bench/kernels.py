@@ -59,20 +59,20 @@ def kernel_profile(engine: Any, text: str, speaker: str, language: str, steps: i
     def body() -> dict[str, Any]:
         prompt = gen.prepare(text, speaker, language, max_frames=steps + 20)
         gen.admit(0, prompt, SamplingParams.greedy())
-        scheduler._decoder_state.reset_(0)
+        scheduler.stepper.state.reset_(0)
         try:
             for _ in range(5):
-                scheduler.run_step(1)
+                scheduler.stepper.run(1)
             torch.cuda.synchronize()
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
                 t0 = time.perf_counter()
                 for _ in range(steps):
-                    scheduler.run_step(1)
+                    scheduler.stepper.run(1)
                 torch.cuda.synchronize()
                 wall_ms = (time.perf_counter() - t0) * 1000.0 / steps
         finally:
             gen.release(0)
-            scheduler._decoder_state.reset_(0)
+            scheduler.stepper.state.reset_(0)
         totals: dict[str, float] = defaultdict(float)
         counts: dict[str, int] = defaultdict(int)
         for event in prof.events():

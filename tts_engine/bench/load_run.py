@@ -35,6 +35,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kernels", default="", help="steps/load: row counts that get a top-kernel table")
     parser.add_argument("--peer-levels", default="", help="load: concurrent requests for the peer (e.g. 1,2,4)")
     parser.add_argument("--plot", default="", help="load: PNG path (default: beside the results JSON)")
+    parser.add_argument("--queue", type=int, default=None,
+                        help="load: streams that may wait past capacity (default: every level's streams wait, "
+                             "none is refused; the engine's own default is TTS_DEEP_STREAM_QUEUE)")
+    parser.add_argument("--step-budget-ms", type=float, default=None,
+                        help="load: the engine's step budget that sets its capacity (TTS_DEEP_STREAM_STEP_BUDGET_MS)")
+    parser.add_argument("--attention-rows", default="",
+                        help="steps/load: row counts for the talker attention micro-benchmark (sdpa vs reduce)")
 
 
 def _ints(text: str, name: str) -> list[int]:
@@ -60,12 +67,19 @@ def run_mode(args: argparse.Namespace, model_dir: str) -> dict[str, Any]:
     buffers = [float(b) for b in args.buffers_ms.split(",") if b.strip()]
     slots = max([args.max_streams, *levels, *rows, *kernels])
     _force_fixed_frames(args.frames)
-    engine, load_s = load_engine(model_dir, eager=args.eager, max_streams=slots, max_positions=args.max_positions)
+    overrides: dict[str, Any] = {"queue_limit": max(levels, default=0) if args.queue is None else args.queue}
+    if args.step_budget_ms is not None:
+        overrides["step_budget_ms"] = args.step_budget_ms
+    engine, load_s = load_engine(model_dir, eager=args.eager, max_streams=slots, max_positions=args.max_positions,
+                                 **overrides)
     print(f"[bench {args.mode}] engine loaded in {load_s:.1f} s with {slots} slots", flush=True)
     result: dict[str, Any] = {
         "device": torch.cuda.get_device_name(), "date": _dt.date.today().isoformat(), "torch": torch.__version__,
         "preset": args.preset, "model_dir": model_dir, "frames": args.frames, "slots": slots,
         "max_positions": args.max_positions, "eager": args.eager, "load_s": round(load_s, 2),
+        "capacity": engine.capacity(), "queue_limit": engine.config.queue_limit,
+        "step_budget_ms": engine.config.step_budget_ms, "step_costs_ms": dict(engine.scheduler.step_costs_ms),
+        "admit_cost_ms": engine.scheduler.admit_cost_ms,
         "command": "python -m tts_engine bench " + shlex.join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else
                                                               sys.argv[1:]),
     }
@@ -78,6 +92,12 @@ def run_mode(args: argparse.Namespace, model_dir: str) -> dict[str, Any]:
             write_json(partial, result)  # a run cut short by a time limit still leaves what it measured
         if kernels:
             result["kernels"] = [kernel_table(engine, r, **common) for r in kernels]
+            write_json(partial, result)
+        if args.attention_rows:
+            from tts_engine.bench.step_profile import attention_variants
+
+            result["talker_attention"] = attention_variants(engine, _ints(args.attention_rows, "attention-rows"))
+            print(format_table(result["talker_attention"], list(result["talker_attention"][0])), flush=True)
             write_json(partial, result)
         if levels:
             result["arrivals"] = {"mode": args.arrivals, "window_s": args.window, "rate": args.rate}

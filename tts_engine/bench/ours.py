@@ -42,7 +42,8 @@ def _force_fixed_frames(frames: int) -> None:
     codegen.MIN_NEW_TOKENS = frames  # type: ignore[attr-defined]
 
 
-def load_engine(model_dir: str, *, eager: bool, max_streams: int, max_positions: int = 768) -> tuple[Any, float]:
+def load_engine(model_dir: str, *, eager: bool, max_streams: int, max_positions: int = 768,
+                **overrides: Any) -> tuple[Any, float]:
     import torch
 
     from tts_engine.config import EngineConfig
@@ -50,7 +51,7 @@ def load_engine(model_dir: str, *, eager: bool, max_streams: int, max_positions:
 
     config = EngineConfig(
         model_dir=model_dir, device="cuda", max_streams=max_streams, max_positions=max_positions,
-        cudagraph_talker=not eager, cudagraph_predictor=not eager, cudagraph_decoder=not eager,
+        cudagraph_talker=not eager, cudagraph_predictor=not eager, cudagraph_decoder=not eager, **overrides,
     )
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -68,12 +69,12 @@ def measure_steps(engine: Any, text: str, speaker: str, language: str, steps: in
     def body() -> dict[str, list[float]]:
         prompt = codegen.prepare(text, speaker, language, max_frames=steps + warmup + 1)
         codegen.admit(0, prompt, SamplingParams.greedy())
-        scheduler._decoder_state.reset_(0)
+        scheduler.stepper.state.reset_(0)
         out: dict[str, list[float]] = {"codegen_ms": [], "decode_ms": [], "step_wall_ms": []}
         try:
             for i in range(steps + warmup):
                 t0 = time.perf_counter()
-                result = scheduler.run_step(1)
+                result = scheduler.stepper.run(1)
                 wall = (time.perf_counter() - t0) * 1000.0
                 if i >= warmup:
                     out["codegen_ms"].append(result.codegen_ms)
@@ -81,7 +82,7 @@ def measure_steps(engine: Any, text: str, speaker: str, language: str, steps: in
                     out["step_wall_ms"].append(wall)
         finally:
             codegen.release(0)
-            scheduler._decoder_state.reset_(0)
+            scheduler.stepper.state.reset_(0)
         return out
 
     times = scheduler.call(body).result()
@@ -98,21 +99,21 @@ def measure_decoder(engine: Any, iters: int = 100) -> dict[str, float]:
     groups = engine.model.config.num_code_groups
 
     def body() -> dict[str, float]:
-        state = scheduler._state_rows(1)
+        state = scheduler.stepper.state_rows(1)
         gen = torch.Generator(device="cpu").manual_seed(0)
         codes = torch.randint(0, 2048, (iters + 5, 1, groups, 1), generator=gen).to(engine.device)
         try:
             for i in range(5):
-                scheduler.graphs.decode_step(codes[i], state)
+                scheduler.stepper.graphs.decode_step(codes[i], state)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             for i in range(iters):
-                scheduler.graphs.decode_step(codes[5 + i], state)
+                scheduler.stepper.graphs.decode_step(codes[5 + i], state)
             end.record()
             end.synchronize()
             return {"decode_ms_per_frame": round(start.elapsed_time(end) / iters, 4)}
         finally:
-            scheduler._decoder_state.reset_(0)
+            scheduler.stepper.state.reset_(0)
 
     return scheduler.call(body).result()
 

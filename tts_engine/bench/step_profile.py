@@ -7,7 +7,7 @@ Contract:
   `c0` (talker logits processing + argmax), `predictor` (15 code-predictor passes), `talker` (feedback
   embedding + 28-layer talker step + codec head), `decoder` (one codec frame for r rows), and `frame` (the
   engine's own overlapped step graph: predictor, then talker beside decoder). `step_wall` is the engine's whole
-  `run_step(r)` as the host sees it (frame + int16 + the one copy to the host).
+  `FrameStepper.run(r)` as the host sees it (frame + int16 + the one copy to the host).
 - Beside each part: a floor for that row count = max(bytes moved / HBM bandwidth, FLOPs / peak rate), from the
   model's own shapes (weights re-read per pass, the talker KV cache as the step reads it today: all
   `max_positions` keys per row, and as it would need: the live positions only), with the nominal peaks of the
@@ -119,7 +119,7 @@ def profile_rows(engine: Any, rows_list: list[int], *, text: str, speaker: str, 
     from tts_engine.runtime.codegen import SamplingParams
 
     peaks = peaks or PEAKS
-    scheduler, gen, graphs = engine.scheduler, engine.codegen, engine.scheduler.graphs
+    scheduler, gen, graphs = engine.scheduler, engine.codegen, engine.scheduler.stepper.graphs
     dec = engine.model.codec
     if max(rows_list) > gen.max_slots:
         raise BenchError(f"--rows up to {max(rows_list)} needs an engine with that many slots "
@@ -137,8 +137,8 @@ def profile_rows(engine: Any, rows_list: list[int], *, text: str, speaker: str, 
                 top = max(top, bucket)
                 for slot in range(bucket):  # fresh prompts: positions restart at the prompt length per row count
                     gen.admit(slot, prompt, SamplingParams.greedy())
-                scheduler._reset_decoder_state()
-                state = scheduler._state_rows(bucket)
+                scheduler.stepper.reset_state()
+                state = scheduler.stepper.state_rows(bucket)
                 n = bucket
                 c0_graph = _graphed(
                     lambda n=n: process_talker_logits(gen.logits[:n], gen.seen[:n], gen.penalty[:n], gen.frame[:n],
@@ -159,7 +159,7 @@ def profile_rows(engine: Any, rows_list: list[int], *, text: str, speaker: str, 
                 row["frame_ms"] = _timed(frame, iters) if frame is not None else None
                 t0 = time.perf_counter()
                 for _ in range(iters):
-                    scheduler.run_step(r)
+                    scheduler.stepper.run(r)
                 row["step_wall_ms"] = round((time.perf_counter() - t0) * 1000.0 / iters, 4)
                 live = int(gen.positions[:r].max())
                 row.update(floors(engine, bucket, live, peaks))
@@ -171,7 +171,7 @@ def profile_rows(engine: Any, rows_list: list[int], *, text: str, speaker: str, 
         finally:
             for slot in range(top):
                 gen.release(slot)
-            scheduler._reset_decoder_state()
+            scheduler.stepper.reset_state()
         return out
 
     return scheduler.call(body).result()
@@ -185,7 +185,7 @@ def kernel_table(engine: Any, rows: int, *, text: str, speaker: str, language: s
 
     from tts_engine.runtime.codegen import SamplingParams
 
-    scheduler, gen, graphs = engine.scheduler, engine.codegen, engine.scheduler.graphs
+    scheduler, gen, graphs = engine.scheduler, engine.codegen, engine.scheduler.stepper.graphs
 
     cuda = torch.cuda.is_available()
 
@@ -195,18 +195,18 @@ def kernel_table(engine: Any, rows: int, *, text: str, speaker: str, language: s
             gen.admit(slot, prompt, SamplingParams.greedy())
         try:
             for _ in range(3):
-                scheduler.run_step(rows)
+                scheduler.stepper.run(rows)
             if cuda:
                 torch.cuda.synchronize()
             with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
                 for _ in range(steps):
-                    scheduler.run_step(rows)
+                    scheduler.stepper.run(rows)
                 if cuda:
                     torch.cuda.synchronize()
         finally:
             for slot in range(rows):
                 gen.release(slot)
-            scheduler._reset_decoder_state()
+            scheduler.stepper.reset_state()
         per_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
         for ev in prof.events():
             if cuda and ev.device_type.name != "CUDA":
@@ -229,3 +229,46 @@ def kernel_table(engine: Any, rows: int, *, text: str, speaker: str, language: s
 
 PROFILE_COLUMNS = ["rows", "bucket", "c0_ms", "predictor_ms", "predictor_floor_ms", "talker_ms", "talker_floor_ms",
                    "talker_floor_live_kv_ms", "decoder_ms", "decoder_floor_fp32_ms", "frame_ms", "step_wall_ms"]
+
+
+def attention_variants(engine: Any, rows_list: list[int], iters: int = 50) -> list[dict[str, Any]]:
+    """One talker layer's single-query attention over the engine's cache length, per row count: SDPA (masked,
+    GQA folded into the query axis) vs the compiled reductions (`attend_by_reduction`), each graphed; times
+    x layers = the attention share of a talker step (TTS_TALKER_BATCHED_ATTENTION picks one for rows > 1)."""
+    import torch
+    import torch.nn.functional as F
+
+    from tts_engine.model.layers import attend_by_reduction
+
+    gen, t = engine.codegen, engine.model.config.talker
+    length, dev, dt = gen.k_cache.shape[3], engine.device, engine.model.dtype
+    groups = t.num_heads // t.num_kv_heads
+    reduce = torch.compile(attend_by_reduction, dynamic=True)
+
+    def body() -> list[dict[str, Any]]:
+        out = []
+        for r in rows_list:
+            g = torch.Generator(device="cpu").manual_seed(r)
+            q = torch.randn(r, t.num_heads, 1, t.head_dim, generator=g).to(dev, dt)
+            k = torch.randn(r, t.num_kv_heads, length, t.head_dim, generator=g).to(dev, dt)
+            v = torch.randn(r, t.num_kv_heads, length, t.head_dim, generator=g).to(dev, dt)
+            pos = torch.randint(60, 200, (r,), generator=g).to(dev)
+            mask = (torch.arange(length, device=dev)[None, :] <= pos[:, None])[:, None, None]
+
+            def sdpa(q=q, k=k, v=v, mask=mask, r=r) -> Any:
+                qg = q.reshape(r, t.num_kv_heads, groups, t.head_dim)
+                return F.scaled_dot_product_attention(qg, k, v, attn_mask=mask)
+
+            def red(q=q, k=k, v=v, mask=mask, r=r) -> Any:
+                return reduce(q, k, v, mask.reshape(r, 1, 1, 1, -1), groups)
+
+            a, b = sdpa(), red()
+            diff = float((a.reshape(b.shape).float() - b.float()).abs().max())
+            sdpa_ms = _timed(_graphed(sdpa, (), f"attn.sdpa[{r}]"), iters)
+            red_ms = _timed(_graphed(red, (), f"attn.reduce[{r}]"), iters)
+            out.append({"rows": r, "sdpa_ms_per_layer": sdpa_ms, "reduce_ms_per_layer": red_ms,
+                        "sdpa_ms_per_step": round(sdpa_ms * t.num_layers, 3),
+                        "reduce_ms_per_step": round(red_ms * t.num_layers, 3), "max_abs_diff": round(diff, 5)})
+        return out
+
+    return engine.scheduler.call(body).result()

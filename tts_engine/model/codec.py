@@ -56,6 +56,14 @@ class CodecState:
         self.kv_v[:, rows] = 0
         self.positions[rows] = 0
 
+    def move_(self, src: int, dst: int) -> None:
+        """Copy row `src`'s context into row `dst` (slot compaction); `src` keeps its values until reset."""
+        for tail in self.tails:
+            tail[dst].copy_(tail[src])
+        self.kv_k[:, dst].copy_(self.kv_k[:, src])
+        self.kv_v[:, dst].copy_(self.kv_v[:, src])
+        self.positions[dst].copy_(self.positions[src])
+
 
 class Dequantizer(nn.Module):
     """codes [B, Q, T] -> [B, codebook_dim, T]: first codebook and the sum of the rest, each with its 1x1 projection."""

@@ -77,16 +77,23 @@ class CausalTransposedConv(StatefulModule):
         return y[..., start : start + n * self.stride]
 
 
+def snake(x: torch.Tensor, freq: torch.Tensor, inv_mag: torch.Tensor) -> torch.Tensor:
+    """The SnakeBeta activation with precomputed per-channel frequency and 1/magnitude."""
+    return x + inv_mag * torch.pow(torch.sin(x * freq), 2)
+
+
 class SnakeBeta(nn.Module):
-    """x + sin(x * e^alpha)^2 / (e^beta + 1e-9); alpha, beta are stored in log space per channel."""
+    """x + sin(x * e^alpha)^2 / (e^beta + 1e-9); alpha, beta are stored in log space per channel.
+    `activation` is `snake`, or its compiled (one fused kernel) version on CUDA (runtime/fusion.py)."""
 
     def __init__(self, get: Weights, prefix: str) -> None:
         super().__init__()
         self.register_buffer("freq", torch.exp(get(f"{prefix}.alpha"))[None, :, None])
         self.register_buffer("inv_mag", 1.0 / (torch.exp(get(f"{prefix}.beta"))[None, :, None] + 1e-9))
+        self.activation = snake
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.inv_mag * torch.pow(torch.sin(x * self.freq), 2)
+        return self.activation(x, self.freq, self.inv_mag)
 
 
 class ConvNeXtBlock(nn.Module):

@@ -14,6 +14,11 @@ Contract (facts: shared/reference/qwen3_tts.md §1.2, §6):
 - Attention math: `scaled_dot_product_attention`, or with `Attention.reduce_attention` set (the CUDA fusion
   sets it) `attend_by_reduction`, the same softmax attention written as plain reductions so that the
   compiler fuses it into a couple of small kernels (SDPA launches one ~16 us flash kernel even for 16 keys).
+- `step` on many rows with `Attention.split_step` set (the CUDA fusion sets it): projections, then the new keys
+  and values written into the cache by one indexed write each, then attention + output projection reading the
+  cache (`attend_out`; SDPA or reductions per `batched_attention`). Why: compiled as one function, the in-place
+  cache write became a copy of the layer's whole cache every step (60 % of a 256-row talker step on an H100).
+  One row keeps the single compiled step (`whole_step`), which is fastest at batch 1.
 - `rope_table` gives fp32 cos/sin rows exactly as the official rotary module computes them; they are cast to the
   activation dtype before being applied.
 """
@@ -93,6 +98,11 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
         self.reduce_attention = False  # True: attend_by_reduction instead of SDPA for single-token queries
+        # the two ways `step` runs (runtime/fusion.py swaps in compiled versions on CUDA)
+        self.whole_step = self._step
+        self.attend_out = self._attend_out
+        self.split_step = False  # True: rows > 1 write the cache outside `attend_out` (see the module docstring)
+        self.batched_attention = "sdpa"  # attention of `attend_out` on rows > 1: "sdpa" or "reduce"
 
     def _qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """x [B, T, H] -> q [B, heads, T, D], k/v [B, kv_heads, T, D] with norm + RoPE applied to q and k."""
@@ -131,12 +141,36 @@ class Attention(nn.Module):
     def step(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
              v_cache: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """x [B, 1, H]; cos/sin [B, 1, 1, D]; caches [B, kv_heads, L, D]; positions [B] long; mask [B, 1, 1, L]."""
-        b = x.shape[0]
-        q, k, v = self._qkv(x, cos, sin)
+        if self.split_step and x.shape[0] > 1:
+            q, k, v = self._qkv(x, cos, sin)
+            self._write_step_kv(k_cache, v_cache, k, v, positions)
+            return self.attend_out(q, k_cache, v_cache, mask)
+        return self.whole_step(x, cos, sin, k_cache, v_cache, positions, mask)
+
+    def _write_step_kv(self, k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       positions: torch.Tensor) -> None:
+        b = k.shape[0]
         index = positions.view(b, 1, 1, 1).expand(b, self.num_kv_heads, 1, self.head_dim)
         k_cache.scatter_(2, index, k)
         v_cache.scatter_(2, index, v)
-        return self._out(self._grouped_single_query(q, k_cache, v_cache, mask), b, 1)
+
+    def _step(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
+              v_cache: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        q, k, v = self._qkv(x, cos, sin)
+        self._write_step_kv(k_cache, v_cache, k, v, positions)
+        return self._out(self._grouped_single_query(q, k_cache, v_cache, mask), x.shape[0], 1)
+
+    def _attend_out(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                    mask: torch.Tensor) -> torch.Tensor:
+        """Attention of one query per row over the (already written) caches, then the output projection."""
+        b = q.shape[0]
+        if self.batched_attention == "reduce":
+            out = attend_by_reduction(q, k_cache, v_cache, mask.reshape(b, 1, 1, 1, -1), self.groups)
+        else:
+            qg = q.reshape(b, self.num_kv_heads, self.groups, self.head_dim)
+            out = F.scaled_dot_product_attention(qg, k_cache, v_cache, attn_mask=mask)
+            out = out.reshape(b, self.num_heads, 1, self.head_dim)
+        return self._out(out, b, 1)
 
     def static(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
                v_cache: torch.Tensor, start: int) -> torch.Tensor:

@@ -236,6 +236,30 @@ class CodeGenerator:
         self.active[slot] = False
         self.sampling_slots.discard(slot)
 
+    def _slot_tensors(self) -> list[tuple[torch.Tensor, int]]:
+        """Every per-slot device tensor and its slot dimension (what `move` carries; predictor caches are rebuilt
+        every frame, so they hold nothing between steps)."""
+        per_slot = [self.positions, self.frame, self.max_frames, self.seen, self.logits, self.past_hidden,
+                    self.do_sample, self.temperature, self.top_k, self.top_p, self.penalty, self.sub_do_sample,
+                    self.sub_temperature, self.sub_top_k, self.sub_top_p, self.seed]
+        return [(self.k_cache, 1), (self.v_cache, 1)] + [(t, 0) for t in per_slot]
+
+    @torch.no_grad()
+    def move(self, src: int, dst: int) -> None:
+        """Move an admitted stream from slot `src` to the free slot `dst` (its whole state: talker KV rows,
+        positions, counters, sampling settings). The scheduler compacts active rows to the bottom with it, so a
+        step never runs rows of finished streams. Device copies only (no host sync); `src` is free afterwards."""
+        self._check_slot(src)
+        self._check_slot(dst)
+        if not self.active[src] or self.active[dst]:
+            raise ValueError(f"move {src} -> {dst}: the source must be admitted and the destination free")
+        for tensor, dim in self._slot_tensors():
+            tensor.select(dim, dst).copy_(tensor.select(dim, src))
+        self.active[dst], self.active[src] = True, False
+        if src in self.sampling_slots:
+            self.sampling_slots.discard(src)
+            self.sampling_slots.add(dst)
+
     @property
     def sampling(self) -> bool:
         """True when step() must run the sampling path (some admitted slot samples)."""

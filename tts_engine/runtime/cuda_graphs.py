@@ -146,7 +146,8 @@ PREFILL_BUCKETS = (32, 64, 128, 256, 512, 1024)
 
 
 def compile_step_shapes(codegen: Any, rows: Sequence[int], sampling_variants: Sequence[bool],
-                        prefills: Sequence[Callable[[], Any]] = ()) -> None:
+                        prefills: Sequence[Callable[[], Any]] = (),
+                        decoder_steps: Sequence[Callable[[], Any]] = ()) -> None:
     """Run every step shape once, eagerly, so torch.compile (runtime/fusion.py) has made all its cache entries
     before anything is captured. Why: a compiled method keeps several entries, and one compiled later for a
     broader shape family takes over inputs an earlier entry served (seen: the 4-row entry made while the
@@ -159,14 +160,19 @@ def compile_step_shapes(codegen: Any, rows: Sequence[int], sampling_variants: Se
             codegen.step(n, sampling=sampling)
     for prefill in prefills:
         prefill()
+    for decode in decoder_steps:  # the codec's fused pieces (runtime/fusion.py `codec_snake`), every row bucket
+        decode()
 
 
 def buckets_for(max_slots: int) -> list[int]:
-    """Row counts that get their own graph: powers of two below max_slots, and max_slots itself."""
+    """Row counts that get their own graph (a step for n rows runs the smallest bucket >= n): 1, 2, 4, 8, 16, then
+    every 16 up to 128, every 32 up to 256, every 64 beyond, and max_slots itself. Past 16 rows a step runs at most
+    ~25 % more rows than are active (powers of two ran 160 active rows as 256: issue 15's RTF cliff); below 16 the
+    step costs about the same whatever the rows, so few graphs suffice there."""
     sizes, b = [], 1
     while b < max_slots:
         sizes.append(b)
-        b *= 2
+        b = b * 2 if b < 16 else b + (16 if b < 128 else 32 if b < 256 else 64)
     sizes.append(max_slots)
     return sizes
 
@@ -252,13 +258,15 @@ class StepGraphs:
         try:
             with torch.cuda.stream(stream):
                 compile_step_shapes(self.codegen, self.buckets, self.sampling_variants,
-                                    [self._prefill_fn(b) for b in sorted(self.prefill_buckets, reverse=True)])
+                                    [self._prefill_fn(b) for b in sorted(self.prefill_buckets, reverse=True)],
+                                    [self._decode_fn(b, state_rows(b)) for b in sorted(self.buckets, reverse=True)])
         except Exception as exc:
             raise RuntimeError(f"the compile pass over the step shapes failed ({type(exc).__name__}: {exc}); "
                                "TTS_CUDA_FUSION=0 runs the model unfused") from exc
         torch.cuda.synchronize()
         self.stats.compile_s = time.perf_counter() - t0
         if not (self.want_talker or self.want_predictor or self.want_decoder):
+            reset_decoder_state()  # the compile pass stepped the decoder
             return
         pool = torch.cuda.graph_pool_handle()
         common = dict(pool=pool, stream=stream, warmup=self.warmup, stats=self.stats)
@@ -297,6 +305,10 @@ class StepGraphs:
                 self._try(self.prefill_graphs, b, f"prefill[positions={b}]", self._prefill_fn(b), (), common)
         torch.cuda.synchronize()
         reset_decoder_state()  # warm-up runs advanced the decoder state; code-generator rows reset on admission
+
+    def _decode_fn(self, rows: int, state: Any) -> Callable[[], torch.Tensor]:
+        codes = torch.zeros(rows, self.codegen.cfg.num_code_groups, 1, dtype=torch.long, device=state.positions.device)
+        return lambda: self.decoder.step(codes, state)
 
     def _prefill_fn(self, length: int) -> Callable[[], torch.Tensor]:
         gen = self.codegen

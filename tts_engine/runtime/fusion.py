@@ -22,9 +22,12 @@ Contract:
 - Attention (parts `predictor_attention`, `talker_attention`): SDPA launches one ~16 us flash kernel per call
   even for the predictor's 16 keys, ~1.6 ms of a 0.6B frame (H100 profile, docs/benchmarks.md). Instead the
   code predictor runs `DecoderStack.fixed` (positions and key masks as device tensors, one shape for all
-  passes) and the talker's single-token step uses `attend_by_reduction`; the whole `Attention.fixed` /
-  `Attention.step` (projections, norms, RoPE, cache write, attention, output projection) is compiled, so the
-  attention becomes a couple of fused reduction kernels. fp32 attention math, like SDPA's accumulators.
+  passes) and the talker's single-row step uses `attend_by_reduction`; the whole `Attention.fixed` /
+  one-row `Attention.step` (projections, norms, RoPE, cache write, attention, output projection) is compiled, so
+  the attention becomes a couple of fused reduction kernels. fp32 attention math, like SDPA's accumulators.
+  A talker step over many rows writes its cache outside the compiled code and attends with SDPA (or reductions,
+  `TTS_TALKER_BATCHED_ATTENTION=reduce`): compiled whole, the cache write copied the whole cache (issue 15
+  profile, tts_engine/bench/results/).
 - Returns a status string for the engine stats; on any compile setup failure the model is left unfused. A
   second call on the same model changes nothing and returns the first status (engines sharing one model).
 - `apply_fusion(model, parts, compile_fn)` does the work on any device with any compiler (tests run it on the
@@ -34,8 +37,12 @@ Contract:
   kernels of the entry that served its capture, so every shape must be compiled before any capture:
   `runtime/cuda_graphs.compile_step_shapes` runs each step shape once first (tests/model/test_compile_entries.py).
   A compile after load stalls every stream for seconds: the engine stats count them (`compiles_since_load`).
+- Codec (part `codec_snake`): the decoder's SnakeBeta activations (x + sin(x*a)^2 / b, fp32) become one fused
+  kernel each instead of five: at 256 rows they were the largest share of the decoder's time (unfused
+  elementwise passes over [rows, channels, samples] fp32 tensors; issue 15 profile). The decoder's
+  convolutions and transformer run as written, fp32.
 - `TTS_CUDA_FUSION` in the environment: `1` (default: every part), `0` (off: diagnosis / A-B measurement),
-  or a comma list of parts out of `layers`, `predictor_attention`, `talker_attention`.
+  or a comma list of parts out of `layers`, `predictor_attention`, `talker_attention`, `codec_snake`.
 """
 
 from __future__ import annotations
@@ -48,7 +55,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
-PARTS = ("layers", "predictor_attention", "talker_attention")
+PARTS = ("layers", "predictor_attention", "talker_attention", "codec_snake")
 
 
 def compiled_graph_count() -> int:
@@ -73,6 +80,18 @@ def fusion_parts(value: str | None = None) -> tuple[str, ...]:
         raise ValueError(f"TTS_CUDA_FUSION={raw!r}: unknown part(s) {', '.join(unknown)}; "
                          f"allowed: 1, 0 or a comma list of {', '.join(PARTS)}")
     return parts
+
+
+BATCHED_ATTENTION = ("sdpa", "reduce")
+
+
+def talker_batched_attention(value: str | None = None) -> str:
+    """TTS_TALKER_BATCHED_ATTENTION: how the talker attends when a step has more than one row (default sdpa)."""
+    raw = (os.environ.get("TTS_TALKER_BATCHED_ATTENTION", "sdpa") if value is None else value).strip().lower()
+    if raw not in BATCHED_ATTENTION:
+        choices = " or ".join(BATCHED_ATTENTION)
+        raise ValueError(f"TTS_TALKER_BATCHED_ATTENTION={raw!r} is not allowed; choose {choices}")
+    return raw
 
 
 def _concat_rows(linears: list[Any]) -> Any:
@@ -149,10 +168,12 @@ def apply_fusion(model: Any, parts: tuple[str, ...] = PARTS, compile_fn: Callabl
     # Tried and left out (H100, 2026-11-23): compiling Attention.step/.static whole (predictor 3.95 -> 3.79 ms
     # but talker 2.75 -> 2.99 ms, RTF 0.094 -> 0.099, load +70 s), and the codec's SnakeBeta / ConvNeXt /
     # transformer (decoder 2.4 -> 1.8 ms, hidden anyway beside the talker half; SNR vs the plain decoder
-    # 77 dB, one-LSB graph/eager mismatches), so the codec runs exactly as written. Later the same day: compiling
+    # 77 dB, one-LSB graph/eager mismatches, before every shape was compiled ahead of capture), so the codec ran
+    # as written; at 256 rows its unfused SnakeBeta passes dominate, hence `codec_snake` now. Later that day: compiling
     # the predictor's whole 5-layer stack as one function (predictor 3.60 -> 3.79 ms), and cuDNN autotuning
     # for the codec (decoder 2.42 -> 2.40 ms, but its workspaces took the process to 78 GiB reserved).
     predictor_attention = {id(m) for m in model.predictor.modules() if isinstance(m, Attention)}
+    batched_attention = talker_batched_attention()
     if "predictor_attention" in parts:
         model.predictor.use_fixed_positions(model.device)
     if "layers" in parts:
@@ -170,7 +191,19 @@ def apply_fusion(model: Any, parts: tuple[str, ...] = PARTS, compile_fn: Callabl
             count += 1
         elif id(module) not in predictor_attention and "talker_attention" in parts:
             module.reduce_attention = True
-            module.step = compile_fn(module.step, dynamic=True)
-            count += 1
+            module.whole_step = compile_fn(module._step, dynamic=True)  # one row: the whole step, one function
+            module.split_step = True  # many rows: cache written outside the compiled attention (layers.py)
+            module.batched_attention = batched_attention
+            module.attend_out = compile_fn(module._attend_out, dynamic=True)
+            count += 2
+    codec = getattr(model, "codec", None)
+    if "codec_snake" in parts and codec is not None:
+        from tts_engine.model.codec_layers import SnakeBeta, snake
+
+        fused_snake = compile_fn(snake, dynamic=True)  # one compiled function for every SnakeBeta of the codec
+        for module in codec.modules():
+            if isinstance(module, SnakeBeta):
+                module.activation = fused_snake
+        count += 1
     log.info("CUDA fusion (%s): %d methods compiled lazily", ",".join(parts), count)
     return f"on ({','.join(parts)}; {count} methods)"

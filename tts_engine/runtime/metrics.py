@@ -115,6 +115,8 @@ class EngineCounters:
         "steps",
         "step_rows",
         "worker_errors",
+        "admissions_deferred",  # steps before which waiting streams stayed waiting (running streams had no slack)
+        "slot_moves",  # compaction moves (a finished stream's slot taken by the highest running one)
     )
 
     def __init__(self) -> None:

@@ -33,6 +33,11 @@ class Packetizer:
     def pending_frames(self) -> int:
         return len(self._pending)
 
+    @property
+    def next_packet_frames(self) -> int:
+        """Frames the next packet will hold (the scheduler's deadline estimate uses it)."""
+        return self._target
+
     def push(self, frame_pcm: np.ndarray) -> np.ndarray | None:
         """Add one frame; returns a packet's PCM (frames * 1920 samples) when one is complete."""
         if frame_pcm.shape != (SAMPLES_PER_FRAME,):

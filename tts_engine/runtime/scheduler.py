@@ -1,13 +1,17 @@
 """The GPU worker: one thread that owns all model work and runs a frame step for all active streams.
 
 Contract:
-- Streams are admitted into static slots, lowest free slot first, so active rows stay packed at the
-  bottom; each iteration calls `CodeGenerator.step(highest_active_slot + 1)` once (the one call site
-  of the talker/predictor step) and decodes the new frame of every row with `CodecDecoder.step` at a
-  fixed one-frame granularity (the one call site of the decoder step). Rows of free slots inside that
-  range are computed and ignored (fixed shapes; runtime/cuda_graphs.StepGraphs runs both, graphed per row bucket).
-- Between two steps the worker takes new admissions, and drops streams whose consumer cancelled
-  (a flag set by the consumer), so a cancelled stream's GPU work stops within one frame step.
+- Streams are admitted into static slots, lowest free slot first, and when a stream ends the highest running
+  stream moves into its slot (`CodeGenerator.move`, `CodecState.move_`), so the running rows are always
+  exactly 0..n-1; each iteration calls `CodeGenerator.step(n)` once (the one call site of the talker/predictor
+  step) and decodes the new frame of every row with `CodecDecoder.step` at a fixed one-frame granularity (the
+  one call site of the decoder step). A step for n rows runs the smallest row bucket >= n
+  (runtime/cuda_graphs.StepGraphs, graphed per bucket); rows past n are computed and ignored.
+- Between two steps the worker drops streams whose consumer cancelled (a flag set by the consumer), so a
+  cancelled stream's GPU work stops within one frame step, and admits waiting streams: at most `capacity`
+  run at once (measured at load: `measure_costs`), and how many start before the next step is the
+  deadline-first decision of runtime/admission.AdmissionPolicy (least slack among running streams), so a burst
+  of arrivals delays only the new streams. Waiting streams start in arrival order.
 - There is one host sync per step: codes, done flags and int16 PCM of all rows are copied out together.
   Packets go to each consumer's event loop without ever blocking (see runtime/stream.py).
 - An exception inside a step fails the streams that were in it with a clear error, resets the decoder
@@ -31,8 +35,10 @@ import numpy as np
 import torch
 
 from tts_engine.errors import TTSInputError
+from tts_engine.runtime.admission import AdmissionPolicy, Playout, capacity_from_costs
 from tts_engine.runtime.cuda_graphs import StepGraphs
-from tts_engine.runtime.metrics import EngineCounters, StepTimer
+from tts_engine.runtime.frame_step import FrameStepper, StepOutput
+from tts_engine.runtime.metrics import EngineCounters
 from tts_engine.runtime.packetizer import SAMPLES_PER_FRAME, Packetizer
 from tts_engine.runtime.stream import EngineClosedError, Packet, StreamChannel, StreamOverflowError
 
@@ -49,19 +55,12 @@ class _Slot:
     packetizer: Packetizer
     max_frames: int
     frames: int = 0
+    t_first: float | None = None  # the first packet's t_ready (its listener's playout starts then)
+    emitted_samples: int = 0
 
-
-@dataclass
-class StepOutput:
-    """Host copies of one batched frame step."""
-
-    codes: np.ndarray  # [n_rows, 16] int64
-    done: np.ndarray  # [n_rows] bool
-    pcm: np.ndarray  # [n_rows, 1920] int16
-    nonfinite: np.ndarray  # [n_rows] int64: NaN/inf samples replaced by 0 / +-1 before int16
-    codegen_ms: float
-    decode_ms: float
-    t_ready: float
+    def playout(self) -> Playout:
+        return Playout(self.t_first, self.emitted_samples / 24_000,
+                       max(1, self.packetizer.next_packet_frames - self.packetizer.pending_frames))
 
 
 class _Call:
@@ -71,13 +70,6 @@ class _Call:
 
 
 _STOP = object()
-
-
-def pcm_to_int16(pcm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """float PCM in [-1, 1] -> int16 (round half to even of x * 32767), plus a count of non-finite samples."""
-    nonfinite = (~torch.isfinite(pcm)).sum(dim=-1)
-    clean = torch.nan_to_num(pcm, nan=0.0, posinf=1.0, neginf=-1.0).clamp(-1.0, 1.0)
-    return torch.round(clean * 32767.0).to(torch.int16), nonfinite
 
 
 class Scheduler:
@@ -93,6 +85,7 @@ class Scheduler:
         on_stream_end: Callable[[StreamChannel], None],
         timing: bool = True,
         graphs: StepGraphs | None = None,
+        policy: AdmissionPolicy | None = None,
     ) -> None:
         self.codegen = codegen
         self.decoder = decoder
@@ -101,18 +94,22 @@ class Scheduler:
         self.eos_code = eos_code
         self.counters = counters
         self._on_stream_end = on_stream_end
-        self._reset_decoder_state()
         # the step call sites go through StepGraphs: CUDA graphs per row bucket, or eager (counted reasons)
-        self.graphs = graphs or StepGraphs(codegen, decoder, max_slots=max_slots, device=device, talker=False,
-                                           predictor=False, decoder_graph=False)
-        self.graphs.capture(self._state_rows, self._reset_decoder_state)
+        graphs = graphs or StepGraphs(codegen, decoder, max_slots=max_slots, device=device, talker=False,
+                                      predictor=False, decoder_graph=False)
+        self.stepper = FrameStepper(codegen, decoder, graphs, max_slots=max_slots, device=device, timing=timing)
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._pending: deque[StreamChannel] = deque()
         self._slots: dict[int, _Slot] = {}
-        self._timer = StepTimer(device, enabled=timing)
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="tts-engine-worker", daemon=True)
         self.fatal_error: BaseException | None = None
+        self.policy = policy or AdmissionPolicy()
+        self.capacity = max_slots  # streams running at once; measure_costs() sets the measured figure
+        self.step_costs_ms: dict[int, float] = {}  # row bucket -> measured step (host wall, copy included)
+        self.admit_cost_ms: float | None = None  # one admission (prompt + prefill), measured
+        self._recent_step_ms: float | None = None  # running average of step wall times (where unmeasured)
+        self._recent_admit_ms: float | None = None
 
     # ---- public, any thread -------------------------------------------------------------------
     def start(self) -> None:
@@ -143,6 +140,36 @@ class Scheduler:
     @property
     def pending_count(self) -> int:
         return len(self._pending)
+
+    # ---- costs (before start(), on the constructing thread) ---------------------------------------------------
+    @torch.no_grad()
+    def measure_costs(self, prepare_admit: Callable[[int], None], budget_ms: float, repeats: int = 5) -> int:
+        """Time one step per row bucket (host wall, the copy to the host included: what a real step costs) and one
+        admission (`prepare_admit(slot)`, synchronised), then set `capacity` from the step budget. Call before
+        `start()`; rows' state is reset afterwards (slots are reset on admission)."""
+        self.step_costs_ms = self.stepper.measure(repeats)
+        admits = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            prepare_admit(0)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            admits.append((time.perf_counter() - t0) * 1000.0)
+            self.codegen.release(0)
+        self.admit_cost_ms = round(float(np.median(admits)), 3)
+        self.stepper.reset_state()
+        self.capacity = capacity_from_costs(self.step_costs_ms, budget_ms, self.max_slots)
+        return self.capacity
+
+    def _step_estimate_ms(self, rows: int) -> float:
+        if self.step_costs_ms:
+            bucket = self.stepper.graphs.rows_for(max(1, rows))
+            if bucket in self.step_costs_ms:
+                return self.step_costs_ms[bucket]
+        return self._recent_step_ms or 0.0
+
+    def _admit_estimate_ms(self) -> float:
+        return self.admit_cost_ms or self._recent_admit_ms or 0.0
 
     # ---- worker thread --------------------------------------------------------------------------
     def _run(self) -> None:
@@ -187,91 +214,78 @@ class Scheduler:
                 self._end(slot, "cancelled", None)
 
     def _admit_pending(self) -> None:
-        while self._pending and len(self._slots) < self.max_slots:
+        while self._pending and self._pending[0].cancel_requested:
+            self._finish_unadmitted(self._pending.popleft(), "cancelled", None)
+        room = min(self.capacity, self.max_slots) - len(self._slots)
+        if not self._pending or room <= 0:
+            return
+        allowed = self.policy.allowed(time.perf_counter(), (s.playout() for s in self._slots.values()),
+                                      self._step_estimate_ms(len(self._slots) + 1), self._admit_estimate_ms(),
+                                      min(room, len(self._pending)))
+        if allowed == 0:
+            self.counters.add("admissions_deferred")
+        admitted = 0
+        while self._pending and admitted < allowed:
             channel = self._pending.popleft()
-            metrics = channel.request.metrics
             if channel.cancel_requested:
                 self._finish_unadmitted(channel, "cancelled", None)
                 continue
-            slot = min(set(range(self.max_slots)) - self._slots.keys())
-            req = channel.request
-            try:
-                prompt = self.codegen.prepare(
-                    req.text, req.speaker, req.language, req.instruct, max_frames=req.max_frames
-                )
-                self.codegen.admit(slot, prompt, req.params)
-                self._decoder_state.reset_(slot)
-            except TTSInputError as exc:
-                self.counters.add("input_errors")
-                self._finish_unadmitted(channel, "error", exc)
-                continue
-            except Exception as exc:  # noqa: BLE001 - this stream fails, the engine keeps serving
-                log.exception("admission of %s failed", metrics.request_id)
-                self._safe_release(slot)
-                self._finish_unadmitted(channel, "error", EngineStepError(f"admission failed: {exc}"))
-                continue
-            metrics.t_admitted = time.perf_counter()
-            metrics.slot = slot
-            metrics.max_frames = int(prompt.max_frames)
-            metrics.status = "running"
-            self._slots[slot] = _Slot(
-                channel, Packetizer(req.first_packet_frames, req.packet_frames), metrics.max_frames
-            )
+            t0 = time.perf_counter()
+            if self._admit(channel):
+                admitted += 1
+                ms = (time.perf_counter() - t0) * 1000.0
+                self._recent_admit_ms = ms if self._recent_admit_ms is None else 0.8 * self._recent_admit_ms + 0.2 * ms
 
-    def run_step(self, n_rows: int) -> StepOutput:
-        """One batched frame step for rows [0, n_rows): codegen, decode, one host copy."""
-        timer = self._timer
-        rows = self.graphs.rows_for(n_rows)  # the graph bucket; rows past n_rows are free slots, ignored
-        timer.mark(0)
-        codes, done, pcm = self.graphs.frame_step(rows, self._state_rows(rows), timer.mark)  # marks 1 in between
-        timer.mark(2)
-        codes, done = codes[:n_rows], done[:n_rows]
-        pcm16, nonfinite = pcm_to_int16(pcm[:n_rows])
-        host = torch.cat([codes.to(torch.int64), done.to(torch.int64)[:, None], nonfinite[:, None]], dim=1).cpu()
-        pcm_host = pcm16.cpu().numpy()
-        t_ready = time.perf_counter()
-        codegen_ms, decode_ms = timer.elapsed_ms()
-        host_np = host.numpy()
-        return StepOutput(
-            codes=host_np[:, :16],
-            done=host_np[:, 16].astype(bool),
-            pcm=pcm_host,
-            nonfinite=host_np[:, 17],
-            codegen_ms=codegen_ms,
-            decode_ms=decode_ms,
-            t_ready=t_ready,
-        )
+    def _admit(self, channel: StreamChannel) -> bool:
+        """Prepare and prefill one stream into the lowest free slot; False when it failed (already finished)."""
+        metrics, req = channel.request.metrics, channel.request
+        slot = min(set(range(self.max_slots)) - self._slots.keys())
+        try:
+            prompt = self.codegen.prepare(req.text, req.speaker, req.language, req.instruct, max_frames=req.max_frames)
+            self.codegen.admit(slot, prompt, req.params)
+            self.stepper.state.reset_(slot)
+        except TTSInputError as exc:
+            self.counters.add("input_errors")
+            self._finish_unadmitted(channel, "error", exc)
+            return False
+        except Exception as exc:  # noqa: BLE001 - this stream fails, the engine keeps serving
+            log.exception("admission of %s failed", metrics.request_id)
+            self._safe_release(slot)
+            self._finish_unadmitted(channel, "error", EngineStepError(f"admission failed: {exc}"))
+            return False
+        metrics.t_admitted = time.perf_counter()
+        metrics.slot = slot
+        metrics.max_frames = int(prompt.max_frames)
+        metrics.status = "running"
+        self._slots[slot] = _Slot(channel, Packetizer(req.first_packet_frames, req.packet_frames), metrics.max_frames)
+        return True
 
-    def _state_rows(self, n_rows: int) -> Any:
-        """The decoder state of rows [0, n_rows) as views (the decoder updates its state in place)."""
-        view = self._state_views.get(n_rows)
-        if view is None:
-            full = self._decoder_state
-            view = type(full)(
-                tails=[t[:n_rows] for t in full.tails],
-                kv_k=full.kv_k[:, :n_rows],
-                kv_v=full.kv_v[:, :n_rows],
-                positions=full.positions[:n_rows],
-            )
-            self._state_views[n_rows] = view
-        return view
-
-    def _reset_decoder_state(self) -> None:
-        # reset in place once it exists: captured decoder graphs hold these tensors (and the cached views)
-        if getattr(self, "_decoder_state", None) is not None:
-            self._decoder_state.reset_(slice(None))
-            return
-        self._decoder_state = self.decoder.new_state(self.max_slots)
-        self._state_views: dict[int, Any] = {}
+    def _compact(self) -> None:
+        """Move the highest running streams into the free slots below them, so rows 0..n-1 are the running ones."""
+        while self._slots:
+            top = max(self._slots)
+            if top < len(self._slots):
+                return
+            hole = min(set(range(top)) - self._slots.keys())
+            self.codegen.move(top, hole)
+            self.stepper.state.move_(top, hole)
+            state = self._slots.pop(top)
+            state.channel.request.metrics.slot = hole
+            self._slots[hole] = state
+            self.counters.add("slot_moves")
 
     def _advance(self) -> None:
-        n_rows = max(self._slots) + 1
+        self._compact()
+        n_rows = len(self._slots)
         try:
-            out = self.run_step(n_rows)
+            t0 = time.perf_counter()
+            out = self.stepper.run(n_rows)
+            ms = (time.perf_counter() - t0) * 1000.0
+            self._recent_step_ms = ms if self._recent_step_ms is None else 0.8 * self._recent_step_ms + 0.2 * ms
         except Exception as exc:  # noqa: BLE001 - fail these streams, keep the engine serving
             log.exception("frame step failed (rows=%d)", n_rows)
             self.counters.add("worker_errors")
-            self._reset_decoder_state()
+            self.stepper.reset_state()
             for slot in list(self._slots):
                 self._end(slot, "error", EngineStepError(f"frame step failed: {exc}"))
             return
@@ -309,6 +323,9 @@ class Scheduler:
         packet = Packet(pcm=pcm, index=state.packetizer.packets_out - 1, frames=frames, t_ready=t_ready)
         if metrics.t_first_packet is None:
             metrics.t_first_packet = t_ready
+        if state.t_first is None:
+            state.t_first = t_ready
+        state.emitted_samples += pcm.shape[0]
         if state.channel.offer(packet):
             metrics.packets += 1
             metrics.samples += pcm.shape[0]

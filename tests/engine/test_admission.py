@@ -1,0 +1,51 @@
+"""The admission policy (runtime/admission.py) with made-up clocks: capacity from measured step costs, and how
+many waiting streams may start before the next step, deadline first."""
+
+from __future__ import annotations
+
+import pytest
+
+from tts_engine.runtime.admission import AdmissionPolicy, Playout, capacity_from_costs
+
+
+def test_capacity_is_the_largest_bucket_within_the_step_budget() -> None:
+    costs = {1: 7.0, 16: 12.0, 64: 25.0, 128: 41.0, 192: 58.0, 256: 77.0}
+    assert capacity_from_costs(costs, 60.0, 256) == 192
+    assert capacity_from_costs(costs, 200.0, 256) == 256
+    assert capacity_from_costs(costs, 200.0, 100) == 100  # never more than the slots
+    assert capacity_from_costs(costs, 5.0, 256) == 1  # one stream always runs
+    assert capacity_from_costs({}, 60.0, 16) == 16  # nothing measured (CPU): every slot
+
+
+def test_slack_of_a_listener_with_no_buffer() -> None:
+    # first packet at t=10.0 s, 0.24 s of audio handed out: the listener runs dry at 10.24 s
+    p = Playout(t_first=10.0, emitted_s=0.24, steps_to_packet=2)
+    assert p.slack_ms(now=10.1, step_ms=30.0) == pytest.approx(140.0 - 60.0)
+    assert Playout(t_first=None, emitted_s=0.0, steps_to_packet=1).slack_ms(10.0, 30.0) is None
+
+
+def test_with_nothing_running_a_burst_starts_up_to_the_per_step_bound() -> None:
+    policy = AdmissionPolicy(max_per_step=4)
+    assert policy.allowed(0.0, [], step_ms=30.0, admit_ms=2.0, waiting=10) == 4
+    assert policy.allowed(0.0, [], step_ms=30.0, admit_ms=2.0, waiting=2) == 2
+    assert policy.allowed(0.0, [], step_ms=30.0, admit_ms=2.0, waiting=0) == 0
+
+
+def test_the_least_slack_decides_how_many_start() -> None:
+    policy = AdmissionPolicy(max_per_step=8, guard_ms=5.0)
+    roomy = Playout(t_first=0.0, emitted_s=1.0, steps_to_packet=1)  # 1 s ahead
+    tight = Playout(t_first=0.0, emitted_s=0.08, steps_to_packet=1)  # due at 80 ms
+    # at t = 40 ms the tight stream has 80 - 40 - 30 (its next step) = 10 ms: (10 - 5) / 2 -> 2 admissions fit
+    assert policy.allowed(0.040, [roomy, tight], step_ms=30.0, admit_ms=2.0, waiting=10) == 2
+    assert policy.allowed(0.040, [roomy], step_ms=30.0, admit_ms=2.0, waiting=10) == 8
+    # no slack, or already late: nobody starts before the step
+    assert policy.allowed(0.046, [tight], step_ms=30.0, admit_ms=2.0, waiting=10) == 0
+    assert policy.allowed(0.200, [tight], step_ms=30.0, admit_ms=2.0, waiting=10) == 0
+    # a stream before its first packet has no playout deadline yet
+    fresh = Playout(t_first=None, emitted_s=0.0, steps_to_packet=1)
+    assert policy.allowed(0.0, [fresh], step_ms=30.0, admit_ms=2.0, waiting=3) == 3
+
+
+def test_bad_policy_settings_are_named() -> None:
+    with pytest.raises(ValueError, match="max_per_step=0"):
+        AdmissionPolicy(max_per_step=0)

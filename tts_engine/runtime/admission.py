@@ -1,0 +1,114 @@
+"""Admission: how many streams may run at once, and how many waiting ones may start before the next step.
+
+Why (issue 15): a new stream's admission (tokenize, prompt embeddings, talker prefill) is GPU work on the same
+stream as the frame steps, so a burst of arrivals admitted all at once delays the next step of every running
+stream; and past a certain row count the step itself no longer keeps up with real time. Both are decided here,
+from measured costs, so that a burst delays only the new calls and running streams never become late.
+
+Contract:
+- `resolve_slots(config, model)`: the slot count (static cache rows): the configured one, 16 on a CPU, or on CUDA
+  what fits `gpu_memory_fraction` of the GPU memory free at load (at most 256).
+- `capacity_from_costs(step_ms, budget_ms, slots)`: the most rows whose measured step (`step_ms`: bucket -> ms,
+  measured at load by the scheduler) fits `budget_ms`; a step for n rows runs the smallest bucket >= n. At
+  least 1, at most `slots`. With no measurement (CPU), every slot counts.
+- `Playout`: what the scheduler knows of one running stream: when its first packet reached the host
+  (`t_first`, None before), how much audio it has handed out (`emitted_s`) and how many more steps its next
+  packet needs (`steps_to_packet`). A listener with no buffer plays from `t_first` on, so the next packet is due
+  at `t_first + emitted_s`; its slack now is `due - steps_to_packet * step_ms - now`.
+- `AdmissionPolicy.allowed(now, running, step_ms, admit_ms, waiting)`: how many of `waiting` streams to admit
+  before the next step. With no running stream, up to `max_per_step` (the newcomers only wait on each other).
+  Otherwise the least slack decides (deadline first): k admissions cost k * admit_ms before the step, so k is
+  the largest number with `min slack - k * admit_ms >= guard_ms`, at most `max_per_step`. A stream that is late
+  already gets no help from waiting, so a negative slack counts as zero slack (one admission still needs room).
+Pure Python and deterministic for given inputs: the CPU tests drive it with made-up clocks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+def capacity_from_costs(step_ms: Mapping[int, float], budget_ms: float, slots: int) -> int:
+    """The most rows whose bucket's measured step fits the budget (1..slots); `slots` when nothing is measured."""
+    if not step_ms:
+        return slots
+    fitting = [bucket for bucket, ms in step_ms.items() if ms <= budget_ms]
+    if not fitting:
+        return 1
+    return max(1, min(slots, max(fitting)))
+
+
+@dataclass
+class Playout:
+    t_first: float | None  # perf_counter when the first packet reached the host; None before
+    emitted_s: float  # audio handed to the consumer so far
+    steps_to_packet: int  # steps until its next packet is complete
+
+    def slack_ms(self, now: float, step_ms: float) -> float | None:
+        """Time to spare (ms) before this stream's listener runs dry, None before its first packet."""
+        if self.t_first is None:
+            return None
+        due = self.t_first + self.emitted_s
+        return (due - now) * 1000.0 - self.steps_to_packet * step_ms
+
+
+@dataclass(frozen=True)
+class AdmissionPolicy:
+    max_per_step: int = 4
+    guard_ms: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.max_per_step < 1:
+            raise ValueError(f"max_per_step={self.max_per_step} is not allowed; it must be >= 1")
+        if self.guard_ms < 0:
+            raise ValueError(f"guard_ms={self.guard_ms} is not allowed; it must be >= 0")
+
+    def min_slack_ms(self, now: float, running: Iterable[Playout], step_ms: float) -> float | None:
+        slacks = [s for p in running if (s := p.slack_ms(now, step_ms)) is not None]
+        return min(slacks) if slacks else None
+
+    def allowed(self, now: float, running: Iterable[Playout], step_ms: float, admit_ms: float, waiting: int) -> int:
+        if waiting <= 0:
+            return 0
+        slack = self.min_slack_ms(now, running, step_ms)
+        if slack is None:
+            return min(waiting, self.max_per_step)
+        room = max(0.0, slack) - self.guard_ms
+        k = math.floor(room / admit_ms) if admit_ms > 0 else self.max_per_step
+        return max(0, min(waiting, self.max_per_step, k))
+
+
+CPU_SLOTS = 16
+AUTO_MAX_SLOTS = 256
+#: GPU memory per slot besides its talker KV rows and decoder context (graph pools, step activations), measured
+#: on an H100 with 256 slots of the 0.6B (32.4 GiB reserved: 2.4 weights + 20.5 KV + ~38 MB per slot)
+ROW_RESERVE_BYTES = 40 << 20
+
+
+def resolve_slots(config: Any, model: Any) -> int:
+    """Slots: the configured number, 16 on a CPU, or on CUDA what fits `gpu_memory_fraction` of the memory free
+    now (weights loaded): talker KV rows + decoder context + ROW_RESERVE_BYTES per slot, at most AUTO_MAX_SLOTS."""
+    if config.max_streams > 0:
+        return config.max_streams
+    import torch
+
+    from tts_engine.errors import ConfigError
+
+    if model.device.type != "cuda":
+        return CPU_SLOTS
+    t = model.config.talker
+    kv = t.num_layers * 2 * t.num_kv_heads * t.head_dim * config.max_positions * torch.finfo(model.dtype).bits // 8
+    probe = model.codec.new_state(1)
+    context = sum(x.numel() * x.element_size() for x in (*probe.tails, probe.kv_k, probe.kv_v))
+    free, _ = torch.cuda.mem_get_info(model.device)
+    fit = int(free * config.gpu_memory_fraction) // (kv + context + ROW_RESERVE_BYTES)
+    if fit < 1:
+        raise ConfigError(
+            f"no room for one stream slot: {free / 2**30:.1f} GiB of GPU memory free, one slot needs "
+            f"{(kv + context + ROW_RESERVE_BYTES) / 2**20:.0f} MiB (lower TTS_DEEP_STREAM_MAX_POSITIONS, "
+            "or free the GPU)"
+        )
+    return min(AUTO_MAX_SLOTS, fit)
