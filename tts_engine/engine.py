@@ -86,8 +86,8 @@ class Engine:
 
     def __init__(self, model: Any, config: EngineConfig) -> None:
         from tts_engine.runtime.codegen import CodeGenerator
-        from tts_engine.runtime.cuda_graphs import StepGraphs
         from tts_engine.runtime.fusion import fuse_model
+        from tts_engine.runtime.step_graphs import StepGraphs
 
         self.model = model
         self.config = config
@@ -129,12 +129,12 @@ class Engine:
         self.scheduler.start()
         self.warmup_s: float | None = None
 
-    def _admit_probe(self, slot: int) -> None:
-        """One real admission (prompt + prefill) for the cost measurement at load."""
+    def _admit_probe(self, slots: list[int]) -> None:
+        """Real admissions (prompts + one batched prefill) for the cost measurement at load."""
         from tts_engine.runtime.codegen import SamplingParams
 
-        prompt = self.codegen.prepare(WARMUP_TEXT, self.speakers[0], "auto")
-        self.codegen.admit(slot, prompt, SamplingParams.greedy())
+        prompts = [self.codegen.prepare(WARMUP_TEXT, self.speakers[0], "auto") for _ in slots]
+        self.codegen.admit_many(slots, prompts, [SamplingParams.greedy()] * len(slots))
 
     # ---- construction ---------------------------------------------------------------------------
     @classmethod
@@ -356,14 +356,13 @@ class Engine:
             "slots": self.slots,
             "queue_limit": self.config.queue_limit,
             "step_budget_ms": self.config.step_budget_ms,
-            "step_costs_ms": dict(self.scheduler.step_costs_ms),
-            "admit_cost_ms": self.scheduler.admit_cost_ms,
             "open_streams": self.active_streams(),
             "running_streams": self.scheduler.active_count,
             "pending_streams": self.scheduler.pending_count,
             "worker_alive": self.scheduler.alive,
             "warmup_s": self.warmup_s,
         }
+        out.update(self.scheduler.costs.as_dict())
         out.update(self.counters.snapshot())
         graph_stats = getattr(self.codegen, "graph_stats", None)
         if graph_stats is not None and hasattr(graph_stats, "as_dict"):

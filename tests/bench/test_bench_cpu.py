@@ -15,7 +15,7 @@ import torch
 from tts_engine.__main__ import main
 from tts_engine.bench.cli import merge_results, render_results_md
 from tts_engine.bench.stats import device_slug, percentile
-from tts_engine.runtime.cuda_graphs import StepGraphs, buckets_for
+from tts_engine.runtime.step_graphs import StepGraphs, buckets_for
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU refusal")
 

@@ -26,24 +26,27 @@ def test_slack_of_a_listener_with_no_buffer() -> None:
 
 def test_with_nothing_running_a_burst_starts_up_to_the_per_step_bound() -> None:
     policy = AdmissionPolicy(max_per_step=4)
-    assert policy.allowed(0.0, [], step_ms=30.0, admit_ms=2.0, waiting=10) == 4
-    assert policy.allowed(0.0, [], step_ms=30.0, admit_ms=2.0, waiting=2) == 2
-    assert policy.allowed(0.0, [], step_ms=30.0, admit_ms=2.0, waiting=0) == 0
+    assert policy.allowed(0.0, [], 30.0, 1.0, 2.0, waiting=10) == 4
+    assert policy.allowed(0.0, [], 30.0, 1.0, 2.0, waiting=2) == 2
+    assert policy.allowed(0.0, [], 30.0, 1.0, 2.0, waiting=0) == 0
 
 
 def test_the_least_slack_decides_how_many_start() -> None:
     policy = AdmissionPolicy(max_per_step=8, guard_ms=5.0)
     roomy = Playout(t_first=0.0, emitted_s=1.0, steps_to_packet=1)  # 1 s ahead
     tight = Playout(t_first=0.0, emitted_s=0.08, steps_to_packet=1)  # due at 80 ms
-    # at t = 40 ms the tight stream has 80 - 40 - 30 (its next step) = 10 ms: (10 - 5) / 2 -> 2 admissions fit
-    assert policy.allowed(0.040, [roomy, tight], step_ms=30.0, admit_ms=2.0, waiting=10) == 2
-    assert policy.allowed(0.040, [roomy], step_ms=30.0, admit_ms=2.0, waiting=10) == 8
-    # no slack, or already late: nobody starts before the step
-    assert policy.allowed(0.046, [tight], step_ms=30.0, admit_ms=2.0, waiting=10) == 0
-    assert policy.allowed(0.200, [tight], step_ms=30.0, admit_ms=2.0, waiting=10) == 0
+    # at t = 30 ms the tight stream has 80 - 30 - 30 (its next step) = 20 ms; minus the guard (5) and the batch's
+    # fixed cost (1): 14 ms, at 2 ms per admission -> 7
+    assert policy.allowed(0.030, [roomy, tight], 30.0, 1.0, 2.0, waiting=10) == 7
+    assert policy.allowed(0.030, [roomy], 30.0, 1.0, 2.0, waiting=10) == 8
+    # too little slack left for even one: nobody starts before the step
+    assert policy.allowed(0.043, [tight], 30.0, 1.0, 2.0, waiting=10) == 0
+    # a stream that is late whatever happens does not hold newcomers back
+    assert policy.allowed(0.200, [tight], 30.0, 1.0, 2.0, waiting=10) == 8
+    assert policy.allowed(0.200, [tight, roomy], 30.0, 1.0, 2.0, waiting=3) == 3
     # a stream before its first packet has no playout deadline yet
     fresh = Playout(t_first=None, emitted_s=0.0, steps_to_packet=1)
-    assert policy.allowed(0.0, [fresh], step_ms=30.0, admit_ms=2.0, waiting=3) == 3
+    assert policy.allowed(0.0, [fresh], 30.0, 1.0, 2.0, waiting=3) == 3
 
 
 def test_bad_policy_settings_are_named() -> None:

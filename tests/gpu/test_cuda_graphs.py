@@ -5,7 +5,7 @@ TTS_GPU_TEST_MODEL_DIR to run the same checks on a full-size checkpoint (e.g. th
 Every engine here is built over one loaded model, so graphs on and off run the same compiled (fused) functions:
 the comparison is graph vs eager. Two separate compiles of the fused model may pick different kernels for a
 multi-row batch (Inductor's choice for a dynamic batch size) and then differ in the last bit. Within one
-model, the engine's compile pass (runtime/cuda_graphs.compile_step_shapes) makes every torch.compile entry before
+model, the engine's compile pass (runtime/step_graphs.compile_step_shapes) makes every torch.compile entry before
 any capture, so a graph and a later eager step of the same shape run the same entry's kernels
 (tests/model/test_compile_entries.py shows the entry selection on the CPU).
 """

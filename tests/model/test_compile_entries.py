@@ -22,8 +22,8 @@ import torch
 
 from tts_engine.model.loader import load_model
 from tts_engine.runtime.codegen import CodeGenerator
-from tts_engine.runtime.cuda_graphs import compile_step_shapes
 from tts_engine.runtime.fusion import PARTS, apply_fusion, compiled_graph_count
+from tts_engine.runtime.step_graphs import compile_step_shapes
 
 BUCKETS = (1, 2, 4)
 PREFILL_LENGTHS = (64, 32)

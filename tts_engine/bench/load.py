@@ -151,8 +151,14 @@ def summarize_level(traces: list[StreamTrace], *, frames: int, buffers_ms: list[
 
 
 def _step_stats_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    keys = ("steps", "frames_generated")
-    return {k: after.get(k, 0) - before.get(k, 0) for k in keys if k in after}
+    """What the engine did during a level (counter deltas) and its running figures at the end of it."""
+    keys = ("steps", "step_rows", "frames_generated", "admissions_deferred", "slot_moves", "streams_rejected_busy")
+    out: dict[str, Any] = {k: after.get(k, 0) - before.get(k, 0) for k in keys if k in after}
+    if out.get("steps"):
+        out["mean_rows_per_step"] = round(out.get("step_rows", 0) / out["steps"], 1)
+    for key in ("recent_iteration_ms", "step_overrun", "capacity"):
+        out[key] = after.get(key)
+    return out
 
 
 def run_load(engine: Any, levels: list[int], *, text: str, speaker: str, language: str, frames: int,

@@ -78,8 +78,7 @@ def run_mode(args: argparse.Namespace, model_dir: str) -> dict[str, Any]:
         "preset": args.preset, "model_dir": model_dir, "frames": args.frames, "slots": slots,
         "max_positions": args.max_positions, "eager": args.eager, "load_s": round(load_s, 2),
         "capacity": engine.capacity(), "queue_limit": engine.config.queue_limit,
-        "step_budget_ms": engine.config.step_budget_ms, "step_costs_ms": dict(engine.scheduler.step_costs_ms),
-        "admit_cost_ms": engine.scheduler.admit_cost_ms,
+        "step_budget_ms": engine.config.step_budget_ms, **engine.scheduler.costs.as_dict(),
         "command": "python -m tts_engine bench " + shlex.join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else
                                                               sys.argv[1:]),
     }

@@ -128,15 +128,20 @@ class Attention(nn.Module):
 
     def prefill(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
-        """x [1, T, H]; k_cache/v_cache [kv_heads, L, D] (one slot's rows), written at 0..T-1."""
-        _, t, _ = x.shape
+        """x [1, T, H] with k_cache/v_cache [kv_heads, L, D] (one slot's rows), or x [B, T, H] with caches
+        [B, kv_heads, L, D] (B sequences of the same padded length, batched prefill); written at 0..T-1."""
+        b, t, _ = x.shape
         q, k, v = self._qkv(x, cos, sin)
-        k_cache[:, :t].copy_(k[0])
-        v_cache[:, :t].copy_(v[0])
+        if k_cache.dim() == 3:
+            k_cache[:, :t].copy_(k[0])
+            v_cache[:, :t].copy_(v[0])
+        else:
+            k_cache[:, :, :t].copy_(k)
+            v_cache[:, :, :t].copy_(v)
         keys = k.repeat_interleave(self.groups, dim=1)
         values = v.repeat_interleave(self.groups, dim=1)
         out = F.scaled_dot_product_attention(q, keys, values, is_causal=True)
-        return self._out(out, 1, t)
+        return self._out(out, b, t)
 
     def step(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
              v_cache: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -237,7 +242,8 @@ class DecoderStack(nn.Module):
 
     def prefill(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
-        """x [1, T, H]; caches [num_layers, kv_heads, L, D] of one slot. Returns final-normed hidden [1, T, H]."""
+        """x [1, T, H] with caches [num_layers, kv_heads, L, D] of one slot, or x [B, T, H] with caches
+        [num_layers, B, kv_heads, L, D]. Returns final-normed hidden [B, T, H]."""
         for i, layer in enumerate(self.layers):
             a = layer.self_attn.prefill(layer.input_layernorm(x), cos, sin, k_cache[i], v_cache[i])
             x = layer.finish(x, a)

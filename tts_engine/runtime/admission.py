@@ -15,11 +15,13 @@ Contract:
   (`t_first`, None before), how much audio it has handed out (`emitted_s`) and how many more steps its next
   packet needs (`steps_to_packet`). A listener with no buffer plays from `t_first` on, so the next packet is due
   at `t_first + emitted_s`; its slack now is `due - steps_to_packet * step_ms - now`.
-- `AdmissionPolicy.allowed(now, running, step_ms, admit_ms, waiting)`: how many of `waiting` streams to admit
-  before the next step. With no running stream, up to `max_per_step` (the newcomers only wait on each other).
-  Otherwise the least slack decides (deadline first): k admissions cost k * admit_ms before the step, so k is
-  the largest number with `min slack - k * admit_ms >= guard_ms`, at most `max_per_step`. A stream that is late
-  already gets no help from waiting, so a negative slack counts as zero slack (one admission still needs room).
+- `AdmissionPolicy.allowed(now, running, step_ms, admit_fixed_ms, admit_each_ms, waiting)`: how many of `waiting`
+  streams to admit before the next step. k admissions cost `admit_fixed_ms + k * admit_each_ms` of GPU/host time
+  before the step (they are prefilled together: runtime/prefill_graphs.py). With no running stream, up to
+  `max_per_step` (the newcomers only wait on each other). Otherwise the least slack decides (deadline first): k
+  is the largest number whose cost leaves `guard_ms` of the least slack, at most `max_per_step`. A stream whose
+  next packet is late whatever happens (negative slack) does not hold newcomers back: waiting would not make
+  it on time; every stream still on time stays on time.
 Pure Python and deterministic for given inputs: the CPU tests drive it with made-up clocks.
 """
 
@@ -57,7 +59,7 @@ class Playout:
 
 @dataclass(frozen=True)
 class AdmissionPolicy:
-    max_per_step: int = 4
+    max_per_step: int = 8
     guard_ms: float = 5.0
 
     def __post_init__(self) -> None:
@@ -67,18 +69,23 @@ class AdmissionPolicy:
             raise ValueError(f"guard_ms={self.guard_ms} is not allowed; it must be >= 0")
 
     def min_slack_ms(self, now: float, running: Iterable[Playout], step_ms: float) -> float | None:
-        slacks = [s for p in running if (s := p.slack_ms(now, step_ms)) is not None]
+        """The least slack among streams still on time (None when no stream has a deadline to keep)."""
+        slacks = [s for p in running if (s := p.slack_ms(now, step_ms)) is not None and s >= 0]
         return min(slacks) if slacks else None
 
-    def allowed(self, now: float, running: Iterable[Playout], step_ms: float, admit_ms: float, waiting: int) -> int:
+    def allowed(self, now: float, running: Iterable[Playout], step_ms: float, admit_fixed_ms: float,
+                admit_each_ms: float, waiting: int) -> int:
         if waiting <= 0:
             return 0
+        cap = min(waiting, self.max_per_step)
         slack = self.min_slack_ms(now, running, step_ms)
         if slack is None:
-            return min(waiting, self.max_per_step)
-        room = max(0.0, slack) - self.guard_ms
-        k = math.floor(room / admit_ms) if admit_ms > 0 else self.max_per_step
-        return max(0, min(waiting, self.max_per_step, k))
+            return cap
+        room = slack - self.guard_ms - admit_fixed_ms
+        if room < admit_each_ms:
+            return 0
+        k = math.floor(room / admit_each_ms) if admit_each_ms > 0 else cap
+        return max(0, min(cap, k))
 
 
 CPU_SLOTS = 16

@@ -6,6 +6,7 @@ Contract (docs/model.md, INTERFACES.md):
   per-slot positions / frame counters / caps / c0 seen-masks / sampling parameters / last logits and hidden,
   all as device tensors.
 - `prepare()` validates and builds a `Prompt` (host side, eager). `admit(slot, ...)` prefills that slot's KV rows
+  (`admit_many` prefills several slots' prompts together where a batched prefill hook exists)
   and resets its state; other slots are untouched. `release(slot)` marks it free (state is reset on admit).
 - `step(n_rows)` advances slots [0, n_rows) by one frame using prefix views of the buffers: sample c0 (HF order),
   run the code predictor (15 passes), feed the summed embedding back through the talker at each row's own
@@ -160,6 +161,8 @@ class CodeGenerator:
         self.sampling_slots: set[int] = set()
         # optional replacement of the talker prefill: (slot, embeds [T, H]) -> last hidden [H], KV rows written
         self.prefill_hook: Callable[[int, torch.Tensor], torch.Tensor] | None = None
+        # optional batched prefill: (slots, [embeds [T_i, H]]) -> last hidden [H] per slot, KV rows written
+        self.prefill_many_hook: Callable[[list[int], list[torch.Tensor]], list[torch.Tensor]] | None = None
 
     # ---- host side -------------------------------------------------------------------------------------------
     def prepare(self, text: str, speaker: str, language: str = "auto", instruct: str | None = None,
@@ -192,23 +195,47 @@ class CodeGenerator:
         if not 0 <= slot < self.max_slots:
             raise ValueError(f"slot={slot} is not allowed; slots are 0..{self.max_slots - 1}")
 
-    @torch.no_grad()
-    def admit(self, slot: int, prompt: Prompt, params: SamplingParams) -> None:
+    def _check_room(self, slot: int, prompt: Prompt) -> None:
         self._check_slot(slot)
         n = prompt.embeds.shape[0]
         if n + prompt.max_frames > self.max_seq_len:
             raise ValueError(
                 f"prompt of {n} positions + {prompt.max_frames} frames exceeds max_seq_len {self.max_seq_len}"
             )
+
+    @torch.no_grad()
+    def admit(self, slot: int, prompt: Prompt, params: SamplingParams) -> None:
+        self._check_room(slot, prompt)
         dt = self.model.dtype
-        if self.prefill_hook is not None:  # CUDA: padded, graphed prefill (runtime/cuda_graphs.StepGraphs)
+        if self.prefill_hook is not None:  # CUDA: padded, graphed prefill (runtime/step_graphs.StepGraphs)
             last = self.prefill_hook(slot, prompt.embeds.to(dt))
         else:
+            n = prompt.embeds.shape[0]
             cos, sin = self.cos_f32[:n].to(dt), self.sin_f32[:n].to(dt)
             h = self.talker.model.prefill(
                 prompt.embeds.to(dt)[None], cos, sin, self.k_cache[:, slot], self.v_cache[:, slot]
             )
             last = h[0, -1]
+        self._set_slot(slot, prompt, params, last)
+
+    @torch.no_grad()
+    def admit_many(self, slots: list[int], prompts: list[Prompt], params: list[SamplingParams]) -> None:
+        """Admit several streams at once: with a batched prefill hook (CUDA) their prompts are prefilled together
+        (one call per length bucket instead of one per stream); otherwise one after another, as `admit`."""
+        for slot, prompt in zip(slots, prompts, strict=True):
+            self._check_room(slot, prompt)
+        if self.prefill_many_hook is None or len(slots) < 2:
+            for slot, prompt, p in zip(slots, prompts, params, strict=True):
+                self.admit(slot, prompt, p)
+            return
+        dt = self.model.dtype
+        lasts = self.prefill_many_hook(slots, [prompt.embeds.to(dt) for prompt in prompts])
+        for slot, prompt, p, last in zip(slots, prompts, params, lasts, strict=True):
+            self._set_slot(slot, prompt, p, last)
+
+    def _set_slot(self, slot: int, prompt: Prompt, params: SamplingParams, last: torch.Tensor) -> None:
+        """Per-slot state after the prefill: first logits, position, counters, sampling settings."""
+        n = prompt.embeds.shape[0]
         self.logits[slot] = self.talker.codec_head(last).float()
         self.past_hidden[slot] = last
         self.positions[slot] = n

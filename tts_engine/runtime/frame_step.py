@@ -2,7 +2,7 @@
 
 Contract:
 - `FrameStepper(codegen, decoder, graphs, max_slots, device, timing)` captures the step graphs at construction
-  (runtime/cuda_graphs.StepGraphs, with this object's decoder-state views) and owns the decoder state: one row
+  (runtime/step_graphs.StepGraphs, with this object's decoder-state views) and owns the decoder state: one row
   per slot (`state`), reset per row on admission (`state.reset_`), moved with its stream on compaction
   (`state.move_`), zeroed everywhere by `reset_state()` (in place: captured graphs hold these tensors).
 - `run(n_rows)`: one step for rows [0, n_rows) through the smallest graph bucket >= n_rows (rows past n_rows are
@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from tts_engine.runtime.cuda_graphs import StepGraphs
 from tts_engine.runtime.metrics import StepTimer
+from tts_engine.runtime.step_graphs import StepGraphs
 
 
 @dataclass

@@ -35,7 +35,7 @@ Contract:
 - torch.compile keeps several cache entries per compiled method (shape families, 0/1 and duck-size
   specialisations) and a later, broader entry can take over inputs an earlier one served. A CUDA graph keeps the
   kernels of the entry that served its capture, so every shape must be compiled before any capture:
-  `runtime/cuda_graphs.compile_step_shapes` runs each step shape once first (tests/model/test_compile_entries.py).
+  `runtime/step_graphs.compile_step_shapes` runs each step shape once first (tests/model/test_compile_entries.py).
   A compile after load stalls every stream for seconds: the engine stats count them (`compiles_since_load`).
 - Codec (part `codec_snake`): the decoder's SnakeBeta activations (x + sin(x*a)^2 / b, fp32) become one fused
   kernel each instead of five: at 256 rows they were the largest share of the decoder's time (unfused

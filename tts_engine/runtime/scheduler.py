@@ -6,7 +6,7 @@ Contract:
   exactly 0..n-1; each iteration calls `CodeGenerator.step(n)` once (the one call site of the talker/predictor
   step) and decodes the new frame of every row with `CodecDecoder.step` at a fixed one-frame granularity (the
   one call site of the decoder step). A step for n rows runs the smallest row bucket >= n
-  (runtime/cuda_graphs.StepGraphs, graphed per bucket); rows past n are computed and ignored.
+  (runtime/step_graphs.StepGraphs, graphed per bucket); rows past n are computed and ignored.
 - Between two steps the worker drops streams whose consumer cancelled (a flag set by the consumer), so a
   cancelled stream's GPU work stops within one frame step, and admits waiting streams: at most `capacity`
   run at once (measured at load: `measure_costs`), and how many start before the next step is the
@@ -36,10 +36,11 @@ import torch
 
 from tts_engine.errors import TTSInputError
 from tts_engine.runtime.admission import AdmissionPolicy, Playout, capacity_from_costs
-from tts_engine.runtime.cuda_graphs import StepGraphs
+from tts_engine.runtime.costs import StepCosts
 from tts_engine.runtime.frame_step import FrameStepper, StepOutput
 from tts_engine.runtime.metrics import EngineCounters
 from tts_engine.runtime.packetizer import SAMPLES_PER_FRAME, Packetizer
+from tts_engine.runtime.step_graphs import StepGraphs
 from tts_engine.runtime.stream import EngineClosedError, Packet, StreamChannel, StreamOverflowError
 
 log = logging.getLogger(__name__)
@@ -106,10 +107,7 @@ class Scheduler:
         self.fatal_error: BaseException | None = None
         self.policy = policy or AdmissionPolicy()
         self.capacity = max_slots  # streams running at once; measure_costs() sets the measured figure
-        self.step_costs_ms: dict[int, float] = {}  # row bucket -> measured step (host wall, copy included)
-        self.admit_cost_ms: float | None = None  # one admission (prompt + prefill), measured
-        self._recent_step_ms: float | None = None  # running average of step wall times (where unmeasured)
-        self._recent_admit_ms: float | None = None
+        self.costs = StepCosts(self.stepper.graphs.rows_for)
 
     # ---- public, any thread -------------------------------------------------------------------
     def start(self) -> None:
@@ -142,34 +140,12 @@ class Scheduler:
         return len(self._pending)
 
     # ---- costs (before start(), on the constructing thread) ---------------------------------------------------
-    @torch.no_grad()
-    def measure_costs(self, prepare_admit: Callable[[int], None], budget_ms: float, repeats: int = 5) -> int:
-        """Time one step per row bucket (host wall, the copy to the host included: what a real step costs) and one
-        admission (`prepare_admit(slot)`, synchronised), then set `capacity` from the step budget. Call before
+    def measure_costs(self, admit_probe: Callable[[list[int]], None], budget_ms: float) -> int:
+        """Measure step and admission costs (runtime/costs.py) and set `capacity` from the step budget. Call before
         `start()`; rows' state is reset afterwards (slots are reset on admission)."""
-        self.step_costs_ms = self.stepper.measure(repeats)
-        admits = []
-        for _ in range(3):
-            t0 = time.perf_counter()
-            prepare_admit(0)
-            if self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)
-            admits.append((time.perf_counter() - t0) * 1000.0)
-            self.codegen.release(0)
-        self.admit_cost_ms = round(float(np.median(admits)), 3)
-        self.stepper.reset_state()
-        self.capacity = capacity_from_costs(self.step_costs_ms, budget_ms, self.max_slots)
+        self.costs.measure(self.stepper, admit_probe, self.codegen.release, min(8, self.max_slots), self.device)
+        self.capacity = capacity_from_costs(self.costs.step_ms_by_bucket, budget_ms, self.max_slots)
         return self.capacity
-
-    def _step_estimate_ms(self, rows: int) -> float:
-        if self.step_costs_ms:
-            bucket = self.stepper.graphs.rows_for(max(1, rows))
-            if bucket in self.step_costs_ms:
-                return self.step_costs_ms[bucket]
-        return self._recent_step_ms or 0.0
-
-    def _admit_estimate_ms(self) -> float:
-        return self.admit_cost_ms or self._recent_admit_ms or 0.0
 
     # ---- worker thread --------------------------------------------------------------------------
     def _run(self) -> None:
@@ -219,46 +195,65 @@ class Scheduler:
         room = min(self.capacity, self.max_slots) - len(self._slots)
         if not self._pending or room <= 0:
             return
+        fixed, each = self.costs.admit_ms()
         allowed = self.policy.allowed(time.perf_counter(), (s.playout() for s in self._slots.values()),
-                                      self._step_estimate_ms(len(self._slots) + 1), self._admit_estimate_ms(),
+                                      self.costs.step_ms(len(self._slots) + 1), fixed, each,
                                       min(room, len(self._pending)))
         if allowed == 0:
             self.counters.add("admissions_deferred")
-        admitted = 0
-        while self._pending and admitted < allowed:
+            return
+        batch: list[StreamChannel] = []
+        while self._pending and len(batch) < allowed:
             channel = self._pending.popleft()
             if channel.cancel_requested:
                 self._finish_unadmitted(channel, "cancelled", None)
-                continue
-            t0 = time.perf_counter()
-            if self._admit(channel):
-                admitted += 1
-                ms = (time.perf_counter() - t0) * 1000.0
-                self._recent_admit_ms = ms if self._recent_admit_ms is None else 0.8 * self._recent_admit_ms + 0.2 * ms
+            else:
+                batch.append(channel)
+        t0 = time.perf_counter()
+        admitted = self._admit(batch)
+        self.costs.observe_admissions(admitted, (time.perf_counter() - t0) * 1000.0)
 
-    def _admit(self, channel: StreamChannel) -> bool:
-        """Prepare and prefill one stream into the lowest free slot; False when it failed (already finished)."""
-        metrics, req = channel.request.metrics, channel.request
-        slot = min(set(range(self.max_slots)) - self._slots.keys())
+    def _admit(self, channels: list[StreamChannel]) -> int:
+        """Prepare each stream (host), then prefill them together into the lowest free slots; a stream whose input
+        is bad fails alone. Returns how many were admitted."""
+        prepared = []
+        for channel in channels:
+            req = channel.request
+            try:
+                prompt = self.codegen.prepare(req.text, req.speaker, req.language, req.instruct,
+                                              max_frames=req.max_frames)
+            except TTSInputError as exc:
+                self.counters.add("input_errors")
+                self._finish_unadmitted(channel, "error", exc)
+                continue
+            except Exception as exc:  # noqa: BLE001 - this stream fails, the engine keeps serving
+                log.exception("admission of %s failed", req.metrics.request_id)
+                self._finish_unadmitted(channel, "error", EngineStepError(f"admission failed: {exc}"))
+                continue
+            prepared.append((channel, prompt))
+        if not prepared:
+            return 0
+        free = sorted(set(range(self.max_slots)) - self._slots.keys())[: len(prepared)]
         try:
-            prompt = self.codegen.prepare(req.text, req.speaker, req.language, req.instruct, max_frames=req.max_frames)
-            self.codegen.admit(slot, prompt, req.params)
-            self.stepper.state.reset_(slot)
-        except TTSInputError as exc:
-            self.counters.add("input_errors")
-            self._finish_unadmitted(channel, "error", exc)
-            return False
-        except Exception as exc:  # noqa: BLE001 - this stream fails, the engine keeps serving
-            log.exception("admission of %s failed", metrics.request_id)
-            self._safe_release(slot)
-            self._finish_unadmitted(channel, "error", EngineStepError(f"admission failed: {exc}"))
-            return False
-        metrics.t_admitted = time.perf_counter()
-        metrics.slot = slot
-        metrics.max_frames = int(prompt.max_frames)
-        metrics.status = "running"
-        self._slots[slot] = _Slot(channel, Packetizer(req.first_packet_frames, req.packet_frames), metrics.max_frames)
-        return True
+            self.codegen.admit_many(free, [p for _, p in prepared], [c.request.params for c, _ in prepared])
+            for slot in free:
+                self.stepper.state.reset_(slot)
+        except Exception as exc:  # noqa: BLE001 - these streams fail, the engine keeps serving
+            log.exception("admission of %d stream(s) failed", len(prepared))
+            for slot, (channel, _) in zip(free, prepared, strict=True):
+                self._safe_release(slot)
+                self._finish_unadmitted(channel, "error", EngineStepError(f"admission failed: {exc}"))
+            return 0
+        now = time.perf_counter()
+        for slot, (channel, prompt) in zip(free, prepared, strict=True):
+            req, metrics = channel.request, channel.request.metrics
+            metrics.t_admitted = now
+            metrics.slot = slot
+            metrics.max_frames = int(prompt.max_frames)
+            metrics.status = "running"
+            self._slots[slot] = _Slot(channel, Packetizer(req.first_packet_frames, req.packet_frames),
+                                      metrics.max_frames)
+        return len(prepared)
 
     def _compact(self) -> None:
         """Move the highest running streams into the free slots below them, so rows 0..n-1 are the running ones."""
@@ -277,11 +272,9 @@ class Scheduler:
     def _advance(self) -> None:
         self._compact()
         n_rows = len(self._slots)
+        t0 = time.perf_counter()
         try:
-            t0 = time.perf_counter()
             out = self.stepper.run(n_rows)
-            ms = (time.perf_counter() - t0) * 1000.0
-            self._recent_step_ms = ms if self._recent_step_ms is None else 0.8 * self._recent_step_ms + 0.2 * ms
         except Exception as exc:  # noqa: BLE001 - fail these streams, keep the engine serving
             log.exception("frame step failed (rows=%d)", n_rows)
             self.counters.add("worker_errors")
@@ -292,6 +285,7 @@ class Scheduler:
         self.counters.add_step(len(self._slots), out.codegen_ms, out.decode_ms)
         for slot, state in list(self._slots.items()):
             self._consume_row(slot, state, out)
+        self.costs.observe_iteration(n_rows, (time.perf_counter() - t0) * 1000.0)
 
     def _consume_row(self, slot: int, state: _Slot, out: StepOutput) -> None:
         metrics = state.channel.request.metrics
