@@ -418,6 +418,9 @@ def run(args: argparse.Namespace) -> int:
         log.error("%s", exc)
         return 2
     log.info("engine ready on %s (warm-up %.2f s)", engine.device, engine.warmup_s or 0.0)
+    from tts_engine.runtime.process import tune_process
+
+    tune_process()  # GIL switch interval + gc.freeze after the load (runtime/process.py says why)
 
     async def serve() -> None:
         runner, bound, _ = await start_server(engine, host, port)

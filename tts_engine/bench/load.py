@@ -34,12 +34,14 @@ SAMPLES_PER_FRAME = 1920
 
 @dataclass
 class StreamTrace:
-    """What one client saw: when it asked, and each packet's (t_ready, samples)."""
+    """What one client saw: when it asked, and each packet's (t_ready, samples); when the engine admitted it."""
 
     t_call: float
     packets: list[tuple[float, int]] = field(default_factory=list)
     refused: bool = False
     error: str | None = None
+    t_admitted: float | None = None  # engine metrics: queue + prompt + prefill done (first audio = this + 1 step)
+    t_request: float | None = None  # engine metrics: when `engine.stream()` ran (the client task may start late)
 
     @property
     def samples(self) -> int:
@@ -94,6 +96,8 @@ async def _client(engine: Any, trace: StreamTrace, text: str, speaker: str, lang
             trace.packets.append((packet.t_ready, len(packet.pcm)))
     except Exception as exc:  # noqa: BLE001 - recorded per stream, the level goes on
         trace.error = f"{type(exc).__name__}: {exc}"
+    trace.t_admitted = getattr(handle.metrics, "t_admitted", None)
+    trace.t_request = getattr(handle.metrics, "t_request", None)
 
 
 async def run_level(engine: Any, n: int, *, text: str, speaker: str, language: str, frames: int,
@@ -133,6 +137,13 @@ def summarize_level(traces: list[StreamTrace], *, frames: int, buffers_ms: list[
     rtf = [t.rtf() for t in ran]
     out["first_audio_ms"] = {f"p{q}": round(percentile(first, q), 2) for q in (50, 95, 99)}
     out["first_audio_ms"]["max"] = round(max(first), 2)
+    split = [t for t in ran if t.t_admitted is not None and t.t_request is not None]
+    if split:  # first audio = client start + engine queue (+ prompt, prefill) + first step and copy
+        for name, values in (("client_start_ms", [t.t_request - t.t_call for t in split]),
+                             ("queue_ms", [t.t_admitted - t.t_request for t in split]),
+                             ("first_step_ms", [t.packets[0][0] - t.t_admitted for t in split])):
+            ms = [v * 1000.0 for v in values]
+            out[name] = {f"p{q}": round(percentile(ms, q), 2) for q in (50, 95, 99)}
     out["rtf"] = {"p50": round(percentile(rtf, 50), 4), "p95": round(percentile(rtf, 95), 4),
                   "max": round(max(rtf), 4)}
     for b in buffers_ms:
@@ -165,13 +176,21 @@ def run_load(engine: Any, levels: list[int], *, text: str, speaker: str, languag
              arrivals: str, window_s: float, rate: float, buffers_ms: list[float], seed: int = 0,
              pause_s: float = 1.0, progress: Any = print) -> list[dict[str, Any]]:
     """Every level in turn on one loaded engine (idle between levels); returns one summary per level."""
+    from tts_engine.runtime.process import gc_pauses
+
+    pauses = gc_pauses()
+    iterations = _IterationTrace(engine)
     results = []
     for n in levels:
         before = engine.stats()
+        pauses.reset()
+        iterations.reset()
         traces = asyncio.run(run_level(engine, n, text=text, speaker=speaker, language=language, frames=frames,
                                        arrivals=arrivals, window_s=window_s, rate=rate, seed=seed))
         summary = {"concurrency": n, **summarize_level(traces, frames=frames, buffers_ms=buffers_ms)}
         summary["engine"] = _step_stats_delta(before, engine.stats())
+        summary["gc_pauses"] = pauses.snapshot()
+        summary["iterations"] = iterations.summary()
         try:
             import torch
 
@@ -184,6 +203,37 @@ def run_load(engine: Any, levels: list[int], *, text: str, speaker: str, languag
             progress(f"[bench load] {format_level(summary)}")
         time.sleep(pause_s)  # let the engine drain completely before the next level
     return results
+
+
+class _IterationTrace:
+    """Bench-only diagnosis: wraps the scheduler's admission call to record, per worker iteration with streams
+    waiting, how many waited and how many were admitted (the product code is unchanged)."""
+
+    def __init__(self, engine: Any) -> None:
+        self.records: list[tuple[int, int]] = []
+        scheduler = getattr(engine, "scheduler", None)
+        original = getattr(scheduler, "_admit_pending", None)
+        if original is None:
+            return
+
+        def traced() -> None:
+            waiting, running = len(scheduler._pending), len(scheduler._slots)
+            original()
+            if waiting:
+                self.records.append((waiting, len(scheduler._slots) - running))
+
+        scheduler._admit_pending = traced
+
+    def reset(self) -> None:
+        self.records = []
+
+    def summary(self) -> dict[str, Any]:
+        if not self.records:
+            return {"with_waiting": 0}
+        admitted = [a for _, a in self.records]
+        return {"with_waiting": len(self.records), "admitted_none": sum(a == 0 for a in admitted),
+                "admitted_mean": round(sum(admitted) / len(admitted), 2),
+                "waiting_max": max(w for w, _ in self.records)}
 
 
 def format_level(s: dict[str, Any]) -> str:
