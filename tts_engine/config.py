@@ -29,6 +29,7 @@ KNOWN_TTS_VARIABLES = (
     "TTS_DEEP_STREAM_STEP_BUDGET_MS",
     "TTS_DEEP_STREAM_QUEUE",
     "TTS_DEEP_STREAM_ADMIT_PER_STEP",
+    "TTS_DEEP_STREAM_CLIENT_BUFFER_MS",
     "TTS_TALKER_BATCHED_ATTENTION",  # runtime/fusion.py: sdpa (default) or reduce for many-row talker steps
     "TTS_DEEP_STREAM_MAX_POSITIONS",
     "TTS_DEEP_STREAM_MAX_TEXT_CHARS",
@@ -72,6 +73,7 @@ class EngineConfig:
     step_budget_ms: float = 60.0  # capacity = the most rows whose measured step fits this (a frame is 80 ms)
     queue_limit: int = 16  # streams that may wait for a running one to end; past it EngineBusyError (503)
     admit_per_step: int = 8  # most admissions (prompts + one batched prefill) between two steps
+    client_buffer_ms: float = 0.0  # audio a listener holds before playing: slack that admissions may use
     # talker KV positions per slot: prompt + frames of one stream (768 ~ 55 s of speech); memory ~ slots x this
     max_positions: int = 768
     max_text_chars: int = 2000
@@ -103,6 +105,7 @@ class EngineConfig:
             step_budget_ms=env.float("TTS_DEEP_STREAM_STEP_BUDGET_MS", 60.0, lo=5.0, hi=1000.0),
             queue_limit=env.int("TTS_DEEP_STREAM_QUEUE", 16, lo=0, hi=100_000),
             admit_per_step=env.int("TTS_DEEP_STREAM_ADMIT_PER_STEP", 8, lo=1, hi=256),
+            client_buffer_ms=env.float("TTS_DEEP_STREAM_CLIENT_BUFFER_MS", 0.0, lo=0.0, hi=5000.0),
             max_positions=env.int("TTS_DEEP_STREAM_MAX_POSITIONS", 768, lo=128, hi=32768),
             max_text_chars=env.int("TTS_DEEP_STREAM_MAX_TEXT_CHARS", 2000, lo=1, hi=100_000),
             max_buffered_seconds=env.float("TTS_DEEP_STREAM_MAX_BUFFER_SECONDS", 600.0, lo=1.0, hi=86_400.0),

@@ -122,7 +122,7 @@ class Engine:
             on_stream_end=self._on_stream_end,
             timing=config.metrics,
             graphs=graphs,
-            policy=AdmissionPolicy(max_per_step=config.admit_per_step),
+            policy=AdmissionPolicy(max_per_step=config.admit_per_step, client_buffer_ms=config.client_buffer_ms),
         )
         if self.device.type == "cuda":  # capacity from measured step costs (CPU: every slot, nothing measured)
             self.scheduler.measure_costs(self._admit_probe, config.step_budget_ms)

@@ -49,6 +49,17 @@ def test_the_least_slack_decides_how_many_start() -> None:
     assert policy.allowed(0.0, [fresh], 30.0, 1.0, 2.0, waiting=3) == 3
 
 
+def test_a_declared_client_buffer_is_slack_that_admissions_may_use() -> None:
+    tight = Playout(t_first=0.0, emitted_s=0.08, steps_to_packet=1)  # due at 80 ms for a listener with no buffer
+    assert tight.slack_ms(0.043, 30.0, client_buffer_ms=100.0) == pytest.approx(80.0 - 43.0 - 30.0 + 100.0)
+    # at 43 ms nobody may start for a listener with no buffer; with 100 ms buffered: (107 - 5 - 1) / 2 -> 50, cap 8
+    assert AdmissionPolicy(max_per_step=8).allowed(0.043, [tight], 30.0, 1.0, 2.0, waiting=10) == 0
+    assert AdmissionPolicy(max_per_step=8, client_buffer_ms=100.0).allowed(0.043, [tight], 30.0, 1.0, 2.0,
+                                                                           waiting=10) == 8
+
+
 def test_bad_policy_settings_are_named() -> None:
     with pytest.raises(ValueError, match="max_per_step=0"):
         AdmissionPolicy(max_per_step=0)
+    with pytest.raises(ValueError, match="client_buffer_ms=-1"):
+        AdmissionPolicy(client_buffer_ms=-1)

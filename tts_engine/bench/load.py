@@ -250,14 +250,15 @@ def format_level(s: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-LEVEL_COLUMNS = ["N", "first_p50_ms", "first_p95_ms", "first_p99_ms", "rtf_p50", "rtf_p95", "viab_B0",
+LEVEL_COLUMNS = ["N", "told_buf_ms", "first_p50_ms", "first_p95_ms", "first_p99_ms", "rtf_p50", "rtf_p95", "viab_B0",
                  "viab_B100", "late_B0", "worst_late_B0_ms", "audio_s/s", "refused"]
 
 
 def level_row(s: dict[str, Any]) -> dict[str, Any]:
     fa, rtf = s.get("first_audio_ms", {}), s.get("rtf", {})
     b0, b100 = s.get("buffer_0ms", {}), s.get("buffer_100ms", {})
-    return {"N": s["concurrency"], "first_p50_ms": fa.get("p50"), "first_p95_ms": fa.get("p95"),
+    return {"N": s["concurrency"], "told_buf_ms": s.get("client_buffer_ms", 0.0), "first_p50_ms": fa.get("p50"),
+            "first_p95_ms": fa.get("p95"),
             "first_p99_ms": fa.get("p99"), "rtf_p50": rtf.get("p50"), "rtf_p95": rtf.get("p95"),
             "viab_B0": b0.get("viability"), "viab_B100": b100.get("viability"), "late_B0": b0.get("late_streams"),
             "worst_late_B0_ms": b0.get("worst_lateness_ms"), "audio_s/s": s.get("audio_s_per_s"),

@@ -12,6 +12,7 @@ Both hold every stream to `--frames` frames (bench/ours.py's fixed frame count) 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as _dt
 import json
 import shlex
@@ -40,6 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "none is refused; the engine's own default is TTS_DEEP_STREAM_QUEUE)")
     parser.add_argument("--step-budget-ms", type=float, default=None,
                         help="load: the engine's step budget that sets its capacity (TTS_DEEP_STREAM_STEP_BUDGET_MS)")
+    parser.add_argument("--client-buffer-ms", default="0",
+                        help="load: the listener buffer the engine is told of (TTS_DEEP_STREAM_CLIENT_BUFFER_MS); a "
+                             "comma list runs every level under each value")
     parser.add_argument("--attention-rows", default="",
                         help="steps/load: row counts for the talker attention micro-benchmark (sdpa vs reduce)")
 
@@ -70,6 +74,7 @@ def run_mode(args: argparse.Namespace, model_dir: str) -> dict[str, Any]:
     overrides: dict[str, Any] = {"queue_limit": max(levels, default=0) if args.queue is None else args.queue}
     if args.step_budget_ms is not None:
         overrides["step_budget_ms"] = args.step_budget_ms
+    declared = [float(b) for b in args.client_buffer_ms.split(",") if b.strip()] or [0.0]
     engine, load_s = load_engine(model_dir, eager=args.eager, max_streams=slots, max_positions=args.max_positions,
                                  **overrides)
     print(f"[bench {args.mode}] engine loaded in {load_s:.1f} s with {slots} slots", flush=True)
@@ -103,8 +108,15 @@ def run_mode(args: argparse.Namespace, model_dir: str) -> dict[str, Any]:
             write_json(partial, result)
         if levels:
             result["arrivals"] = {"mode": args.arrivals, "window_s": args.window, "rate": args.rate}
-            result["levels"] = run_load(engine, levels, frames=args.frames, arrivals=args.arrivals,
-                                        window_s=args.window, rate=args.rate, buffers_ms=buffers, **common)
+            result["levels"] = []
+            for buffer_ms in declared:
+                # the admission policy is the only thing the declared buffer changes (runtime/admission.py)
+                engine.scheduler.policy = dataclasses.replace(engine.scheduler.policy, client_buffer_ms=buffer_ms)
+                print(f"[bench load] engine told of a {buffer_ms:g} ms client buffer", flush=True)
+                for level in run_load(engine, levels, frames=args.frames, arrivals=args.arrivals,
+                                      window_s=args.window, rate=args.rate, buffers_ms=buffers, **common):
+                    result["levels"].append({"client_buffer_ms": buffer_ms, **level})
+                    write_json(partial, result)
             print(format_table([level_row(s) for s in result["levels"]], LEVEL_COLUMNS), flush=True)
         result["engine_stats"] = engine.stats()
     finally:
@@ -139,23 +151,27 @@ def plot_levels(result: dict[str, Any], out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    levels = [s for s in result["levels"] if "first_audio_ms" in s]
-    n = [s["concurrency"] for s in levels]
+    done = [s for s in result["levels"] if "first_audio_ms" in s]
+    declared = sorted({s.get("client_buffer_ms", 0.0) for s in done})
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    for q in ("p50", "p95", "p99"):
-        ax1.plot(n, [s["first_audio_ms"][q] for s in levels], marker="o", label=f"first audio {q.upper()}")
+    for told in declared:
+        levels = [s for s in done if s.get("client_buffer_ms", 0.0) == told]
+        n = [s["concurrency"] for s in levels]
+        tag = f", engine told {told:g} ms" if len(declared) > 1 else ""
+        for q in ("p50", "p95"):
+            ax1.plot(n, [s["first_audio_ms"][q] for s in levels], marker="o", label=f"{q.upper()}{tag}")
+        for key in sorted(k for k in levels[0] if k.startswith("buffer_")):
+            ax2.plot(n, [100.0 * s[key]["viability"] for s in levels], marker="o", label=f"B = {key[7:]}{tag}")
     ax1.set_xlabel("concurrent streams")
     ax1.set_ylabel("ms")
     ax1.set_title("first audio")
-    ax1.legend()
+    ax1.legend(fontsize=7)
     ax1.grid(alpha=0.3)
-    for key in sorted(k for k in levels[0] if k.startswith("buffer_")):
-        ax2.plot(n, [100.0 * s[key]["viability"] for s in levels], marker="o", label=f"B = {key[7:]}")
     ax2.set_ylim(-5, 105)
     ax2.set_xlabel("concurrent streams")
     ax2.set_ylabel("% streams with no late packet")
     ax2.set_title("streaming viability")
-    ax2.legend()
+    ax2.legend(fontsize=7)
     ax2.grid(alpha=0.3)
     fig.suptitle(f"{result['device']}, {result['preset']}, {result['frames']} frames/stream, "
                  f"{result['arrivals']['mode']} arrivals over {result['arrivals']['window_s']} s")

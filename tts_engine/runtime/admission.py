@@ -14,7 +14,9 @@ Contract:
 - `Playout`: what the scheduler knows of one running stream: when its first packet reached the host
   (`t_first`, None before), how much audio it has handed out (`emitted_s`) and how many more steps its next
   packet needs (`steps_to_packet`). A listener with no buffer plays from `t_first` on, so the next packet is due
-  at `t_first + emitted_s`; its slack now is `due - steps_to_packet * step_ms - now`.
+  at `t_first + emitted_s`; its slack now is `due - steps_to_packet * step_ms - now`. A listener that keeps
+  `client_buffer_ms` of audio before it plays (TTS_DEEP_STREAM_CLIENT_BUFFER_MS: a WebRTC jitter buffer, a
+  player's pre-roll) runs dry that much later; the operator declares it, the default 0 assumes none.
 - `AdmissionPolicy.allowed(now, running, step_ms, admit_fixed_ms, admit_each_ms, waiting)`: how many of `waiting`
   streams to admit before the next step. k admissions cost `admit_fixed_ms + k * admit_each_ms` of GPU/host time
   before the step (they are prefilled together: runtime/prefill_graphs.py). With no running stream, up to
@@ -49,28 +51,32 @@ class Playout:
     emitted_s: float  # audio handed to the consumer so far
     steps_to_packet: int  # steps until its next packet is complete
 
-    def slack_ms(self, now: float, step_ms: float) -> float | None:
+    def slack_ms(self, now: float, step_ms: float, client_buffer_ms: float = 0.0) -> float | None:
         """Time to spare (ms) before this stream's listener runs dry, None before its first packet."""
         if self.t_first is None:
             return None
         due = self.t_first + self.emitted_s
-        return (due - now) * 1000.0 - self.steps_to_packet * step_ms
+        return (due - now) * 1000.0 + client_buffer_ms - self.steps_to_packet * step_ms
 
 
 @dataclass(frozen=True)
 class AdmissionPolicy:
     max_per_step: int = 8
     guard_ms: float = 5.0
+    client_buffer_ms: float = 0.0  # audio the listener holds before playing (see Playout)
 
     def __post_init__(self) -> None:
         if self.max_per_step < 1:
             raise ValueError(f"max_per_step={self.max_per_step} is not allowed; it must be >= 1")
         if self.guard_ms < 0:
             raise ValueError(f"guard_ms={self.guard_ms} is not allowed; it must be >= 0")
+        if self.client_buffer_ms < 0:
+            raise ValueError(f"client_buffer_ms={self.client_buffer_ms} is not allowed; it must be >= 0")
 
     def min_slack_ms(self, now: float, running: Iterable[Playout], step_ms: float) -> float | None:
         """The least slack among streams still on time (None when no stream has a deadline to keep)."""
-        slacks = [s for p in running if (s := p.slack_ms(now, step_ms)) is not None and s >= 0]
+        slacks = [s for p in running
+                  if (s := p.slack_ms(now, step_ms, self.client_buffer_ms)) is not None and s >= 0]
         return min(slacks) if slacks else None
 
     def allowed(self, now: float, running: Iterable[Playout], step_ms: float, admit_fixed_ms: float,
