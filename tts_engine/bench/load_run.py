@@ -34,7 +34,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile-rows", default="1,2,4,8,16,32,64,128,256",
                         help="steps/load: row counts of the step profile ('' skips it in load)")
     parser.add_argument("--kernels", default="", help="steps/load: row counts that get a top-kernel table")
-    parser.add_argument("--peer-levels", default="", help="load: concurrent requests for the peer (e.g. 1,2,4)")
+    parser.add_argument("--peer-levels", default="",
+                        help="load: concurrent requests for the peer (e.g. 1,2,4): one peer process per request")
+    parser.add_argument("--peer-runs", type=int, default=5, help="load: streaming calls per peer process")
+    parser.add_argument("--peer-chunk", type=int, default=8, help="load: the peer's frames per chunk (its default 8)")
     parser.add_argument("--plot", default="", help="load: PNG path (default: beside the results JSON)")
     parser.add_argument("--queue", type=int, default=None,
                         help="load: streams that may wait past capacity (default: every level's streams wait, "
@@ -121,6 +124,14 @@ def run_mode(args: argparse.Namespace, model_dir: str) -> dict[str, Any]:
         result["engine_stats"] = engine.stats()
     finally:
         engine.close()
+    if args.peer_levels:  # after ours is closed: the peer's processes get the GPU to themselves
+        from tts_engine.bench.peer import PEER_NAME, PEER_VERSION
+        from tts_engine.bench.peer_load import run_peer_load
+
+        torch.cuda.empty_cache()
+        result["peer"] = {"name": PEER_NAME, "version": PEER_VERSION, "levels": run_peer_load(
+            model_dir, _ints(args.peer_levels, "peer-levels"), frames=args.frames, runs=args.peer_runs,
+            chunk=args.peer_chunk, buffers_ms=buffers, **common)}
     return result
 
 
@@ -136,6 +147,14 @@ def write_load_results(result: dict[str, Any], results_dir: Path, plot: str = ""
     if result.get("levels"):
         lines += ["| " + " | ".join(LEVEL_COLUMNS) + " |", "|" + "---|" * len(LEVEL_COLUMNS)]
         for s in result["levels"]:
+            row = level_row(s)
+            lines.append("| " + " | ".join("-" if row[c] is None else str(row[c]) for c in LEVEL_COLUMNS) + " |")
+    if result.get("peer"):
+        peer = result["peer"]
+        lines += ["", f"Peer {peer['name']} {peer['version']} (one process per concurrent request, "
+                  f"chunk {peer['levels'][0]['chunk']}):", "",
+                  "| " + " | ".join(LEVEL_COLUMNS) + " |", "|" + "---|" * len(LEVEL_COLUMNS)]
+        for s in peer["levels"]:
             row = level_row(s)
             lines.append("| " + " | ".join("-" if row[c] is None else str(row[c]) for c in LEVEL_COLUMNS) + " |")
     (results_dir / f"{name}.md").write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -136,7 +136,7 @@ class PeerRunner:
         self.load_s = t1 - t0
         self.capture_s = time.perf_counter() - t1
 
-    def _kwargs(self) -> dict[str, Any]:
+    def call_kwargs(self) -> dict[str, Any]:
         return dict(
             text=self.text,
             speaker=self.speaker,
@@ -150,7 +150,7 @@ class PeerRunner:
         t0 = time.perf_counter()
         ttfa = None
         samples = 0
-        for audio, _sr, _timing in self.model.generate_custom_voice_streaming(chunk_size=chunk, **self._kwargs()):
+        for audio, _sr, _timing in self.model.generate_custom_voice_streaming(chunk_size=chunk, **self.call_kwargs()):
             if ttfa is None:
                 ttfa = time.perf_counter() - t0
             samples += len(audio)
@@ -159,7 +159,7 @@ class PeerRunner:
 
     def offline_once(self) -> tuple[float, float, int]:
         t0 = time.perf_counter()
-        wavs, _sr = self.model.generate_custom_voice(**self._kwargs())
+        wavs, _sr = self.model.generate_custom_voice(**self.call_kwargs())
         wall = time.perf_counter() - t0
         return wall, wall, int(len(wavs[0]))
 
