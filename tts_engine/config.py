@@ -63,7 +63,7 @@ class EngineConfig:
     model_dir: str = ""
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | bfloat16 | float16 | float32
-    packet_frames: int = 2  # codec frames per packet (80 ms each)
+    packet_frames: int = 1  # codec frames per packet (80 ms each); 1 keeps a fresh stream's next packet one step away
     first_packet_frames: int = 1  # a smaller first packet cuts time-to-first-audio
     deterministic: bool = True
     deterministic_policy: str = "greedy"  # greedy | seeded
@@ -72,7 +72,7 @@ class EngineConfig:
     gpu_memory_fraction: float = 0.85  # auto slots: share of the GPU memory free at load the slots may take
     step_budget_ms: float = 60.0  # capacity = the most rows whose measured step fits this (a frame is 80 ms)
     queue_limit: int = 16  # streams that may wait for a running one to end; past it EngineBusyError (503)
-    admit_per_step: int = 8  # most admissions (prompts + one batched prefill) between two steps
+    admit_per_step: int = 16  # most admissions (prompts + one batched prefill) between two steps
     client_buffer_ms: float = 0.0  # audio a listener holds before playing: slack that admissions may use
     # talker KV positions per slot: prompt + frames of one stream (768 ~ 55 s of speech); memory ~ slots x this
     max_positions: int = 768
@@ -95,7 +95,7 @@ class EngineConfig:
             model_dir=env.str("TTS_DEEP_STREAM_MODEL_DIR", ""),
             device=env.str("TTS_DEEP_STREAM_DEVICE", "auto"),
             dtype=env.choice("TTS_DEEP_STREAM_DTYPE", "auto", ("auto", "bfloat16", "float16", "float32")),
-            packet_frames=env.int("TTS_DEEP_STREAM_PACKET_TOKENS", 2, lo=1, hi=64),
+            packet_frames=env.int("TTS_DEEP_STREAM_PACKET_TOKENS", 1, lo=1, hi=64),
             first_packet_frames=env.int("TTS_DEEP_STREAM_FIRST_PACKET_TOKENS", 1, lo=1, hi=64),
             deterministic=env.bool("TTS_DEEP_STREAM_DETERMINISTIC", True),
             deterministic_policy=env.choice("TTS_DEEP_STREAM_DETERMINISTIC_POLICY", "greedy", ("greedy", "seeded")),
@@ -104,7 +104,7 @@ class EngineConfig:
             gpu_memory_fraction=env.float("TTS_DEEP_STREAM_GPU_MEMORY_FRACTION", 0.85, lo=0.05, hi=0.98),
             step_budget_ms=env.float("TTS_DEEP_STREAM_STEP_BUDGET_MS", 60.0, lo=5.0, hi=1000.0),
             queue_limit=env.int("TTS_DEEP_STREAM_QUEUE", 16, lo=0, hi=100_000),
-            admit_per_step=env.int("TTS_DEEP_STREAM_ADMIT_PER_STEP", 8, lo=1, hi=256),
+            admit_per_step=env.int("TTS_DEEP_STREAM_ADMIT_PER_STEP", 16, lo=1, hi=256),
             client_buffer_ms=env.float("TTS_DEEP_STREAM_CLIENT_BUFFER_MS", 0.0, lo=0.0, hi=5000.0),
             max_positions=env.int("TTS_DEEP_STREAM_MAX_POSITIONS", 768, lo=128, hi=32768),
             max_text_chars=env.int("TTS_DEEP_STREAM_MAX_TEXT_CHARS", 2000, lo=1, hi=100_000),

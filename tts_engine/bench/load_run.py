@@ -44,6 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "none is refused; the engine's own default is TTS_DEEP_STREAM_QUEUE)")
     parser.add_argument("--step-budget-ms", type=float, default=None,
                         help="load: the engine's step budget that sets its capacity (TTS_DEEP_STREAM_STEP_BUDGET_MS)")
+    parser.add_argument("--packet-frames", type=int, default=None,
+                        help="load: frames per packet after the first (TTS_DEEP_STREAM_PACKET_TOKENS)")
+    parser.add_argument("--admit-per-step", type=int, default=None,
+                        help="load: most admissions between two steps (TTS_DEEP_STREAM_ADMIT_PER_STEP)")
     parser.add_argument("--client-buffer-ms", default="0",
                         help="load: the listener buffer the engine is told of (TTS_DEEP_STREAM_CLIENT_BUFFER_MS); a "
                              "comma list runs every level under each value")
@@ -77,6 +81,10 @@ def run_mode(args: argparse.Namespace, model_dir: str) -> dict[str, Any]:
     overrides: dict[str, Any] = {"queue_limit": max(levels, default=0) if args.queue is None else args.queue}
     if args.step_budget_ms is not None:
         overrides["step_budget_ms"] = args.step_budget_ms
+    if args.packet_frames is not None:
+        overrides["packet_frames"] = args.packet_frames
+    if args.admit_per_step is not None:
+        overrides["admit_per_step"] = args.admit_per_step
     declared = [float(b) for b in args.client_buffer_ms.split(",") if b.strip()] or [0.0]
     engine, load_s = load_engine(model_dir, eager=args.eager, max_streams=slots, max_positions=args.max_positions,
                                  **overrides)

@@ -61,7 +61,7 @@ class Playout:
 
 @dataclass(frozen=True)
 class AdmissionPolicy:
-    max_per_step: int = 8
+    max_per_step: int = 16
     guard_ms: float = 5.0
     client_buffer_ms: float = 0.0  # audio the listener holds before playing (see Playout)
 

@@ -23,7 +23,7 @@ import torch
 from tts_engine.runtime.cuda_graphs import CapturedCall, GraphStats
 
 PREFILL_BUCKETS = (32, 64, 128, 256, 512, 1024)
-PREFILL_BATCHES = (2, 4, 8)
+PREFILL_BATCHES = (2, 4, 8, 16)
 BATCHED_PREFILL_MAX_LEN = 256
 
 
