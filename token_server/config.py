@@ -23,8 +23,15 @@ DEV_API_SECRET = "secret"
 DEV_LIVEKIT_URL = "ws://127.0.0.1:7880"
 
 MAX_TOKEN_TTL_S = 3600
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+#: room, identity and agent names; always applied to the whole string (`is_valid_name`): `$` alone would let
+#: a value that ends in a newline through, and that newline would land in the JWT and split log lines
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 DEFAULT_WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+
+
+def is_valid_name(value: object) -> bool:
+    """True for 1-64 characters of A-Z a-z 0-9 _ - and nothing else (no trailing newline)."""
+    return isinstance(value, str) and NAME_PATTERN.fullmatch(value) is not None
 
 
 class ConfigError(ValueError):
@@ -75,7 +82,7 @@ class ServerConfig:
         _check_livekit_url(livekit_url)
 
         agent_name = _raw(env, "AGENT_NAME") or "voice-agent"
-        if not NAME_PATTERN.match(agent_name):
+        if not is_valid_name(agent_name):
             raise ConfigError(f"AGENT_NAME={agent_name!r} is not allowed; use 1-64 characters of A-Z a-z 0-9 _ -")
 
         port_value = port if port is not None else _int(env, "TOKEN_SERVER_PORT", 3000, lo=0, hi=65535)

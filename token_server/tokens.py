@@ -19,7 +19,7 @@ from typing import Any
 import jwt
 from livekit.api import AccessToken, RoomAgentDispatch, RoomConfiguration, VideoGrants
 
-from token_server.config import NAME_PATTERN, ServerConfig
+from token_server.config import ServerConfig, is_valid_name
 
 MAX_DISPLAY_NAME = 128
 ALLOWED_FIELDS = ("room", "identity", "name")
@@ -96,7 +96,7 @@ def _name_field(body: dict[str, Any], field: str) -> str | None:
     value = body.get(field)
     if value is None:
         return None
-    if not isinstance(value, str) or not NAME_PATTERN.match(value):
+    if not is_valid_name(value):
         raise RequestError(
             f"{field}={_show(value)} is not allowed; use 1-64 characters of A-Z a-z 0-9 _ - (or omit it to get one)",
             field=field,

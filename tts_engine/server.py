@@ -48,7 +48,7 @@ REQUEST_FIELDS = (
     "max_frames",
     "instruct",
 )
-_REQUEST_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+_REQUEST_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")  # whole string only (fullmatch): `$` passes "id\n"
 RETRY_AFTER_S = 1
 
 
@@ -154,7 +154,7 @@ class TTSServer:
 
     def _request_id(self, request: web.Request) -> str:
         given = request.headers.get("x-request-id", "")
-        return given if _REQUEST_ID.match(given) else uuid.uuid4().hex[:16]
+        return given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex[:16]
 
     def _open_stream(self, body: dict[str, Any], request_id: str) -> Any:
         return self.engine.stream(

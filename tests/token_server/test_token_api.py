@@ -57,7 +57,7 @@ async def test_room_and_identity_are_generated_when_omitted(client, config) -> N
     first = await (await post_token(client, {})).json()
     second = await (await client.post("/api/token", data=b"", headers=JSON)).json()  # empty body = {}
     for body in (first, second):
-        assert NAME_PATTERN.match(body["room"]) and NAME_PATTERN.match(body["identity"])
+        assert NAME_PATTERN.fullmatch(body["room"]) and NAME_PATTERN.fullmatch(body["identity"])
         claims = TokenVerifier(config.api_key, config.api_secret).verify(body["token"])
         assert claims.identity == body["identity"] and claims.video.room == body["room"]
         assert claims.name == body["identity"]  # display name defaults to the identity
