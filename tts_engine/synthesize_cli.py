@@ -4,7 +4,9 @@ Contract: loads the checkpoint (`--model`), generates codes frame by frame with 
 `--sample` uses generation_config.json's sampling with `--seed`), decodes them with the codec decoder's streaming
 step in fixed chunks (an exact continuation of the single-pass decode), and writes exactly frames x 1920 samples.
 Progress goes to stderr about once a second, so long texts show that work is happening. Bad input (unknown
-speaker/language, empty text, missing checkpoint) prints one line naming the problem and exits with status 2.
+speaker/language, empty text, missing checkpoint, a bad TTS_* value) prints one line naming the problem and exits
+with status 2. Positions per stream (prompt + frames): `TTS_DEEP_STREAM_MAX_POSITIONS`, default 4,096 here (one
+offline stream can afford more than each of the server's many slots, whose default is 768).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 SAMPLES_PER_FRAME = 1920
 SAMPLE_RATE = 24_000
 DECODE_CHUNK_FRAMES = 25
+DEFAULT_MAX_POSITIONS = 4096
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,22 +52,25 @@ def _synthesize(args: argparse.Namespace) -> int:
     import numpy as np
     import torch
 
+    from tts_engine.env import Env
     from tts_engine.model.loader import load_model
     from tts_engine.runtime.codegen import CodeGenerator, SamplingParams
     from tts_engine.runtime.wav import wav_bytes
 
+    max_positions = Env().int("TTS_DEEP_STREAM_MAX_POSITIONS", DEFAULT_MAX_POSITIONS, lo=128, hi=32768)
     text = Path(args.text_file).read_text(encoding="utf-8") if args.text_file else args.text
     start = time.monotonic()
     model = load_model(args.model, device=args.device, dtype=args.dtype)
     load_s = time.monotonic() - start
-    gen = CodeGenerator(model, max_slots=1, max_seq_len=4096)
+    gen = CodeGenerator(model, max_slots=1, max_seq_len=max_positions)
     prompt = gen.prepare(text, args.speaker, args.language, instruct=args.instruct, max_frames=args.max_frames)
     if args.sample:
         params = SamplingParams.from_generation_config(model.config, seed=args.seed)
     else:
         params = SamplingParams.greedy(repetition_penalty=model.config.generation.repetition_penalty)
     print(f"loaded {args.model} on {model.device} ({model.dtype}) in {load_s:.1f} s; prompt {prompt.embeds.shape[0]} "
-          f"positions, {prompt.n_text_tokens} text tokens, cap {prompt.max_frames} frames", file=sys.stderr)
+          f"positions, {prompt.n_text_tokens} text tokens, cap {prompt.max_frames} frames, max_seq_len {max_positions}",
+          file=sys.stderr)
 
     gen_start = time.monotonic()
     last_report = gen_start
