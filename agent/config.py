@@ -1,23 +1,31 @@
-"""Agent configuration from the environment (DESIGN.md §6). Bad values stop start-up with the name."""
+"""Agent configuration from the environment (DESIGN.md §6). Bad values stop start-up with the name.
+
+An empty production variable selects its embedded default (agent/local/): `LIVEKIT_URL` -> the local LiveKit
+server, `LLM_BASE_URL` -> the local llama.cpp server, `STT_BASE_URL` (and `LLM_BASE_URL`) -> faster-whisper
+in the worker. The `*_default` fields say which defaults are in use, for preflight and the logs.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from agent.local.defaults import LOCAL_LLM_MODEL, local_livekit_url, local_llm_url
 from tts_engine.env import Env
 
 
 @dataclass(frozen=True)
 class AgentConfig:
     livekit_url: str = ""
+    livekit_default: bool = False  # LIVEKIT_URL was empty: the local server (scripts/start_all.sh: livekit)
     livekit_api_key: str = ""
     livekit_api_secret: str = ""
     agent_name: str = "voice-agent"
     llm_base_url: str = "http://127.0.0.1:8000/v1"
     llm_model: str = "qwen3-omni"
     llm_api_key: str = "EMPTY"
-    stt_base_url: str = "http://127.0.0.1:8000/v1"
+    llm_default: bool = False  # LLM_BASE_URL was empty: the local llama.cpp server (agent/local/llm_server.py)
+    stt_base_url: str = "http://127.0.0.1:8000/v1"  # "" = faster-whisper in this process (agent/local/)
     stt_model: str = "qwen3-omni"
     llm_max_tokens: int = 150
     http_port: int = 8081  # the worker's health server (GET / and /worker); start_all probes it
@@ -56,15 +64,21 @@ class AgentConfig:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> AgentConfig:
         env = Env(environ)
+        livekit_url = env.str("LIVEKIT_URL", "")
+        llm_url = env.str("LLM_BASE_URL", "")
+        stt_url = env.str("STT_BASE_URL", "") or llm_url  # Qwen3-Omni on vLLM serves both
+        raw = env.environ
         return cls(
-            livekit_url=env.str("LIVEKIT_URL", ""),
+            livekit_url=livekit_url or local_livekit_url(raw),
+            livekit_default=not livekit_url,
             livekit_api_key=env.str("LIVEKIT_API_KEY", ""),
             livekit_api_secret=env.str("LIVEKIT_API_SECRET", ""),
             agent_name=env.str("AGENT_NAME", "voice-agent"),
-            llm_base_url=env.str("LLM_BASE_URL", "http://127.0.0.1:8000/v1"),
-            llm_model=env.str("LLM_MODEL", "qwen3-omni"),
+            llm_base_url=llm_url or local_llm_url(raw),
+            llm_model=env.str("LLM_MODEL", "qwen3-omni" if llm_url else LOCAL_LLM_MODEL),
             llm_api_key=env.str("LLM_API_KEY", "EMPTY"),
-            stt_base_url=env.str("STT_BASE_URL", env.str("LLM_BASE_URL", "http://127.0.0.1:8000/v1")),
+            llm_default=not llm_url,
+            stt_base_url=stt_url,
             stt_model=env.str("STT_MODEL", env.str("LLM_MODEL", "qwen3-omni")),
             llm_max_tokens=env.int("LLM_MAX_TOKENS", 150, lo=1, hi=8192),
             http_port=env.int("AGENT_HTTP_PORT", 8081, lo=0, hi=65535),

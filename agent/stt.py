@@ -57,35 +57,16 @@ class STTObserver:
     on_failure: Callable[[Exception], None] | None = None
 
 
-class OmniSTT(stt.STT):
-    def __init__(
-        self,
-        *,
-        base_url: str,
-        model: str,
-        api_key: str = "EMPTY",
-        prompt: str = DEFAULT_PROMPT,
-        max_tokens: int = 256,
-        client: openai.AsyncOpenAI | None = None,
-        observer: STTObserver | None = None,
-    ) -> None:
+class ObservedSTT(stt.STT):
+    """A non-streaming `stt.STT` whose failures never end the call (see the module docstring).
+
+    Subclasses implement `_recognize_impl`; this class calls the observer once per utterance
+    (`on_request` before, `on_failure` on an error) and turns a failure into an empty final transcript.
+    """
+
+    def __init__(self, *, observer: STTObserver | None = None) -> None:
         super().__init__(capabilities=stt.STTCapabilities(streaming=False, interim_results=False))
-        self._model = model
-        self._prompt = prompt
-        self._max_tokens = max_tokens
-        self._client = client or openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0)
         self.observer = observer or STTObserver()
-
-    @property
-    def model(self) -> str:
-        return self._model
-
-    @property
-    def provider(self) -> str:
-        return "vllm-omni"
-
-    async def aclose(self) -> None:
-        await self._client.close()
 
     def _emit_error(self, api_error: Exception, recoverable: bool) -> None:
         # see module docstring: an STT failure never ends the call
@@ -108,7 +89,37 @@ class OmniSTT(stt.STT):
                 self.observer.on_failure(exc)
             else:
                 logger.error("speech recognition failed: %s", exc)
-            return _final("", "", language)
+            return final_transcript("", "", language)
+
+
+class OmniSTT(ObservedSTT):
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        model: str,
+        api_key: str = "EMPTY",
+        prompt: str = DEFAULT_PROMPT,
+        max_tokens: int = 256,
+        client: openai.AsyncOpenAI | None = None,
+        observer: STTObserver | None = None,
+    ) -> None:
+        super().__init__(observer=observer)
+        self._model = model
+        self._prompt = prompt
+        self._max_tokens = max_tokens
+        self._client = client or openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0)
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    @property
+    def provider(self) -> str:
+        return "vllm-omni"
+
+    async def aclose(self) -> None:
+        await self._client.close()
 
     async def _recognize_impl(
         self,
@@ -157,10 +168,10 @@ class OmniSTT(stt.STT):
             text = None
         if not isinstance(text, str):
             raise APIError(f"malformed STT response: no text in {str(resp)[:200]!r}", retryable=False)
-        return _final(resp.id or uuid.uuid4().hex, text.strip(), language)
+        return final_transcript(resp.id or uuid.uuid4().hex, text.strip(), language)
 
 
-def _final(request_id: str, text: str, language: NotGivenOr[str]) -> stt.SpeechEvent:
+def final_transcript(request_id: str, text: str, language: NotGivenOr[str]) -> stt.SpeechEvent:
     lang = LanguageCode(language if isinstance(language, str) and language else "")
     return stt.SpeechEvent(
         type=stt.SpeechEventType.FINAL_TRANSCRIPT,
@@ -169,8 +180,8 @@ def _final(request_id: str, text: str, language: NotGivenOr[str]) -> stt.SpeechE
     )
 
 
-def wav_bytes_16k(buffer: utils.AudioBuffer) -> bytes:
-    """Merge the utterance's frames, downmix is not needed (mono), resample to 16 kHz, wrap as WAV."""
+def frame_16k(buffer: utils.AudioBuffer) -> rtc.AudioFrame:
+    """Merge the utterance's frames (mono: no downmix needed) and resample them to 16 kHz."""
     frame = rtc.combine_audio_frames(buffer) if isinstance(buffer, list) else buffer
     if frame.sample_rate != STT_SAMPLE_RATE:
         resampler = rtc.AudioResampler(
@@ -178,4 +189,9 @@ def wav_bytes_16k(buffer: utils.AudioBuffer) -> bytes:
         )
         out = resampler.push(frame) + resampler.flush()
         frame = rtc.combine_audio_frames(out) if out else frame
-    return frame.to_wav_bytes()
+    return frame
+
+
+def wav_bytes_16k(buffer: utils.AudioBuffer) -> bytes:
+    """The utterance as a 16 kHz mono s16 WAV file."""
+    return frame_16k(buffer).to_wav_bytes()

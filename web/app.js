@@ -59,6 +59,23 @@ function setButtons(inCall) {
   $("name-input").disabled = inCall;
 }
 
+// The worker describes its parts in participant attributes (agent/worker.py voice_attributes): say plainly
+// when it speaks with the embedded random-weight checkpoint, and which parts are local stand-ins.
+const PART_NAMES = { tts: "random-weight TTS", llm: "SmolLM2-135M (llama.cpp)", stt: "whisper tiny.en", livekit: "local LiveKit" };
+function showAgentParts(attributes) {
+  const el = $("agent-parts");
+  const defaults = (attributes?.["voice_agent.defaults"] ?? "").split(",").filter(Boolean);
+  const lines = [];
+  if (attributes?.["voice_agent.tts_weights"] === "random") {
+    lines.push("This agent speaks with a random-weight TTS checkpoint, so its voice babbles. " +
+      "Set TTS_DEEP_STREAM_MODEL_DIR to real Qwen3-TTS weights for speech.");
+  }
+  if (defaults.length) lines.push(`Embedded defaults in use: ${defaults.map((d) => PART_NAMES[d] ?? d).join(", ")}.`);
+  el.textContent = lines.join(" ");
+  el.hidden = !lines.length;
+  call.agentParts = { tts_weights: attributes?.["voice_agent.tts_weights"] ?? null, defaults };
+}
+
 function setAgentState(state) {
   const el = $("agent-state");
   el.textContent = state ?? "not here";
@@ -169,10 +186,15 @@ function wireRoom(room) {
     call.watchers.delete(track.sid);
   });
   room.on(E.AudioPlaybackStatusChanged, () => { $("enable-audio").hidden = room.canPlaybackAudio; });
-  room.on(E.ParticipantConnected, (p) => { if (p.isAgent) setAgentState(p.attributes[AGENT_STATE] ?? "initializing"); });
+  room.on(E.ParticipantConnected, (p) => {
+    if (!p.isAgent) return;
+    setAgentState(p.attributes[AGENT_STATE] ?? "initializing");
+    showAgentParts(p.attributes);
+  });
   room.on(E.ParticipantDisconnected, (p) => { if (p.isAgent) { setAgentState(null); notice("info", "The agent left the room."); } });
   room.on(E.ParticipantAttributesChanged, (changed, p) => {
     if (p.isAgent && AGENT_STATE in changed) setAgentState(changed[AGENT_STATE]);
+    if (p.isAgent && Object.keys(changed).some((k) => k.startsWith("voice_agent."))) showAgentParts(p.attributes);
   });
   room.on(E.Reconnecting, () => setStatus("reconnecting", "busy"));
   room.on(E.Reconnected, () => setStatus("connected", "on"));
@@ -220,7 +242,7 @@ async function join(event) {
     setStatus(`connected · ${grant.room}`, "on");
     $("enable-audio").hidden = room.canPlaybackAudio;
     const agent = [...room.remoteParticipants.values()].find((p) => p.isAgent);
-    if (agent) setAgentState(agent.attributes[AGENT_STATE] ?? "initializing");
+    if (agent) { setAgentState(agent.attributes[AGENT_STATE] ?? "initializing"); showAgentParts(agent.attributes); }
     else notice("info", "Connected. Waiting for the agent to join…");
   } catch (err) {
     if (!(err instanceof UserFacingError)) console.error(err);
@@ -247,6 +269,7 @@ function teardown() {
   renderLevel("mic-meter", -Infinity);
   renderLevel("agent-meter", -Infinity);
   setAgentState(null);
+  showAgentParts(null);
   setButtons(false);
   setStatus("disconnected", "off");
   $("mute").textContent = "Mute";
