@@ -10,7 +10,6 @@ import socket
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import urlparse
 
 from agent.config import AgentConfig
@@ -29,12 +28,14 @@ def check_weights(engine: EngineConfig) -> Check:
     if not model_dir:
         hint = "point it at a Qwen3-TTS CustomVoice checkpoint"
         return Check("tts weights", False, f"TTS_DEEP_STREAM_MODEL_DIR is not set ({hint})")
-    root = Path(model_dir)
-    required = ["config.json", "generation_config.json", "model.safetensors", "speech_tokenizer/config.json"]
-    missing = [f for f in required if not (root / f).is_file()]
-    if missing:
-        return Check("tts weights", False, f"{root} lacks {', '.join(missing)} (TTS_DEEP_STREAM_MODEL_DIR)")
-    return Check("tts weights", True, str(root))
+    from tts_engine.doctor import diagnose
+
+    # the checkpoint doctor: configs against the safetensors headers (no weight is read), every problem named
+    diagnosis = diagnose(model_dir)
+    if not diagnosis.ok:
+        how = f"TTS_DEEP_STREAM_MODEL_DIR; details: python -m tts_engine check --model {model_dir}"
+        return Check("tts weights", False, f"{' | '.join(diagnosis.problems)} ({how})")
+    return Check("tts weights", True, str(model_dir))
 
 
 def check_livekit(agent: AgentConfig, timeout: float = 2.0) -> Check:

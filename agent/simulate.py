@@ -47,6 +47,7 @@ from agent.engine_client import TTSBackend
 from agent.fake_openai import FakeOpenAIServer, Script
 from agent.output import FrameRecord
 from agent.voice import Call, tune_runtime
+from tts_engine.errors import CheckpointError
 
 logger = logging.getLogger("agent.simulate")
 
@@ -406,7 +407,11 @@ def run(args: argparse.Namespace) -> int:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     cfg = dataclasses.replace(AgentConfig.from_env(), aec_warmup_s=0.0, resume_false_interruption=False)
-    backend, engine = load_backend(args, out)
+    try:
+        backend, engine = load_backend(args, out)
+    except CheckpointError as exc:  # the checkpoint doctor's one line (Engine.load runs it first), no traceback
+        print(f"[simulate] {exc}", file=sys.stderr)
+        return 2
     opts = SimOptions(turns=args.turns, barge_in=args.barge_in, barge_in_delay_s=args.barge_in_delay_ms / 1000,
                       config=cfg, speech_cache=out / "speech")
     try:

@@ -12,6 +12,7 @@ import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "make-checkpoint": ("tts_engine.model.factory", "write a random-weight checkpoint in the real HF layout"),
+    "check": ("tts_engine.doctor", "validate a checkpoint: configs against tensor headers, no weights loaded"),
     "synthesize": ("tts_engine.synthesize_cli", "offline synthesis of one text to a 24 kHz WAV"),
     "serve": ("tts_engine.server", "HTTP server: /tts/stream, /synthesize, /v1/speakers, /healthz, /metrics"),
     "regression": ("tts_engine.regression", "regression suite and release gates; writes summary.json"),

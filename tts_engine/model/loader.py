@@ -5,6 +5,8 @@ Contract: `load_model(model_dir, device, dtype)` reads `config.json`, `generatio
 go to `dtype` on `device`, the codec decoder is always fp32. On CUDA the text embedding table (151,936 x 2,048,
 ~0.58 GiB in bf16) stays in CPU memory: it is only read while a prompt is built, a few hundred rows per request,
 so it has no place in GPU memory (`Talker.embed_text` moves the looked-up rows).
+Before anything is read, `tts_engine.doctor.verify` checks the whole checkpoint from its configs and safetensors
+headers (so every caller, `Engine.load` included, gets all problems at once, the config key that disagrees named).
 Every problem raises `CheckpointError` with a one-line message naming the file and, for weights, the tensor and
 the expected vs actual shape. Tensors the CustomVoice path does not use (e.g. a Base model's `speaker_encoder.*`)
 are ignored.
@@ -83,6 +85,9 @@ def load_model(model_dir: str | Path, device: str = "auto", dtype: str = "auto")
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise CheckpointError(f"{model_dir}: model directory does not exist")
+    from tts_engine.doctor import verify
+
+    verify(model_dir)  # configs against tensor headers, every problem in one line, before a weight is read
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     cfg = ModelConfig.from_dir(model_dir)
