@@ -76,7 +76,7 @@ class EngineConfig:
     client_buffer_ms: float = 0.0  # audio a listener holds before playing: slack that admissions may use
     # talker KV positions per slot: prompt + frames of one stream (768 ~ 55 s of speech); memory ~ slots x this
     max_positions: int = 768
-    max_text_chars: int = 2000
+    max_text_chars: int = 20_000  # one request, any length up to this: long text is cut into segments
     max_buffered_seconds: float = 600.0  # unread audio per stream before a slow consumer's stream is cancelled
     metrics: bool = True
     cudagraph_talker: bool = True  # only meaningful on CUDA
@@ -107,7 +107,7 @@ class EngineConfig:
             admit_per_step=env.int("TTS_DEEP_STREAM_ADMIT_PER_STEP", 16, lo=1, hi=256),
             client_buffer_ms=env.float("TTS_DEEP_STREAM_CLIENT_BUFFER_MS", 0.0, lo=0.0, hi=5000.0),
             max_positions=env.int("TTS_DEEP_STREAM_MAX_POSITIONS", 768, lo=128, hi=32768),
-            max_text_chars=env.int("TTS_DEEP_STREAM_MAX_TEXT_CHARS", 2000, lo=1, hi=100_000),
+            max_text_chars=env.int("TTS_DEEP_STREAM_MAX_TEXT_CHARS", 20_000, lo=1, hi=100_000),
             max_buffered_seconds=env.float("TTS_DEEP_STREAM_MAX_BUFFER_SECONDS", 600.0, lo=1.0, hi=86_400.0),
             metrics=env.bool("TTS_DEEP_STREAM_METRICS", True),
             cudagraph_talker=env.bool("TTS_CODEGEN_CUDAGRAPH_TALKER", True),

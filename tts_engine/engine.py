@@ -18,6 +18,9 @@ Contract:
   80 ms of audio). At most `capacity` streams run; up to `queue_limit` more wait for one to end (in arrival
   order); one more raises `EngineBusyError` at once (the server turns that into 503 + Retry-After), so running
   streams never slow down past real time. `capacity()` / `active_streams()` feed the agent's load_fnc.
+- Any length up to `max_text_chars` (TTS_DEEP_STREAM_MAX_TEXT_CHARS): a text too long for one stream's KV positions
+  is cut at sentence boundaries (text/segment.py) and spoken as ONE stream of consecutive segments, packet indices
+  continuous (runtime/chained.py); `open_text_stream()` takes text pushed in pieces the same way.
 - `synthesize` is `stream` concatenated, so offline and streaming PCM are identical by construction;
   packet sizes only regroup samples of a decoder that always steps one frame at a time.
 - Deterministic mode: greedy, or seeded sampling with a per-stream seed (config seed unless the call
@@ -51,6 +54,7 @@ from tts_engine.errors import (
     UnknownSpeakerError,
 )
 from tts_engine.runtime.admission import AdmissionPolicy, resolve_slots
+from tts_engine.runtime.chained import ChainedStream, SegmentSource, TextFitter
 from tts_engine.runtime.codedump import CodeDumper
 from tts_engine.runtime.metrics import EngineCounters, StreamMetrics
 from tts_engine.runtime.scheduler import Scheduler
@@ -128,6 +132,7 @@ class Engine:
             self.scheduler.measure_costs(self._admit_probe, config.step_budget_ms)
         self.scheduler.start()
         self.warmup_s: float | None = None
+        self._fitter = TextFitter(self.codegen.max_seq_len, model.config.supports_instruct, model.tokenizer)
 
     def _admit_probe(self, slots: list[int]) -> None:
         """Real admissions (prompts + one batched prefill) for the cost measurement at load."""
@@ -234,37 +239,70 @@ class Engine:
         seed: int | None = None,
         max_frames: int | None = None,
         request_id: str | None = None,
-    ) -> StreamHandle:
-        """Start one stream; iterate the returned handle with `async for`. Call from a running event loop."""
-        loop = asyncio.get_running_loop()
+    ) -> StreamHandle | ChainedStream:
+        """Start one stream; iterate the returned handle with `async for`. Call from a running event loop.
+        A text too long for one stream's KV positions is cut at sentence boundaries and spoken as one continuous
+        stream of consecutive segments (runtime/chained.py); `max_frames` then caps each segment."""
+        options = self._check_call(text, speaker, language, packet_frames=packet_frames,
+                                   first_packet_frames=first_packet_frames, seed=seed, max_frames=max_frames)
+        text, rid = options.pop("text"), request_id or uuid.uuid4().hex[:16]
+        pieces = self._fitter.split(text, instruct)
+        if len(pieces) > 1:
+            return self._open_chain(SegmentSource(pieces, closed=True), len(text), rid, instruct, options)
+        return self._start(text, rid, instruct, options, reserve=True)
+
+    def open_text_stream(self, speaker: str, language: str = "auto", *, instruct: str | None = None,
+                         request_id: str | None = None, **options: Any) -> ChainedStream:
+        """A stream whose text arrives in pieces: `push(text)` as it comes, `close()` at its end; iterate the handle
+        for audio. Options as `stream()`. Text is cut into segments as it arrives (runtime/chained.py); while none
+        is ready the stream takes no GPU step. Pushed text counts against TTS_DEEP_STREAM_MAX_TEXT_CHARS."""
+        checked = self._check_call(None, speaker, language, **options)
+        checked.pop("text")
+        return self._open_chain(SegmentSource(), 0, request_id or uuid.uuid4().hex[:16], instruct, checked)
+
+    def _check_call(self, text: object, speaker: object, language: object, *, packet_frames: object = None,
+                    first_packet_frames: object = None, seed: object = None,
+                    max_frames: object = None) -> dict[str, Any]:
         if self._closed or not self.scheduler.alive:
-            raise EngineClosedError(
-                "the TTS engine is closed" if self._closed else "the TTS engine worker is not running"
-            )
+            raise EngineClosedError("the TTS engine " + ("is closed" if self._closed else "worker is not running"))
         try:
-            text, speaker, language = self.validate(
-                text, speaker, language, packet_frames=packet_frames, first_packet_frames=first_packet_frames
-            )
+            checked, speaker, language = self.validate("-" if text is None else text, speaker, language,
+                                                       packet_frames=packet_frames,
+                                                       first_packet_frames=first_packet_frames)
             _check_int("seed", seed, 0, 2**62 - 1)
             _check_int("max_frames", max_frames, 1, MAX_FRAMES)
         except TTSInputError:
             self.counters.add("input_errors")
             raise
-        metrics = StreamMetrics(
-            request_id=request_id or uuid.uuid4().hex[:16], text_chars=len(text), speaker=speaker, language=language
-        )
+        return {"text": checked, "speaker": speaker, "language": language, "packet_frames": packet_frames,
+                "first_packet_frames": first_packet_frames, "seed": seed, "max_frames": max_frames}
+
+    def _open_chain(self, source: SegmentSource, chars: int, request_id: str, instruct: str | None,
+                    options: dict[str, Any]) -> ChainedStream:
+        metrics = StreamMetrics(request_id, chars, options["speaker"], options["language"])
+        chain = ChainedStream(source, lambda text, sid: self._start(text, sid, instruct, options, reserve=False),
+                              metrics, self._release_chain, fit=lambda segment: self._fitter.split(segment, instruct),
+                              max_text_chars=self.config.max_text_chars)
+        self._reserve(chain)
+        return chain
+
+    def _start(self, text: str, request_id: str, instruct: str | None, options: dict[str, Any],
+               *, reserve: bool) -> StreamHandle:
+        metrics = StreamMetrics(request_id, len(text), options["speaker"], options["language"])
         request = StreamRequest(
-            text=text,
-            speaker=speaker,
-            language=language,
-            instruct=instruct,
-            params=self._sampling_params(seed),
-            first_packet_frames=first_packet_frames or self.config.first_packet_frames,
-            packet_frames=packet_frames or self.config.packet_frames,
-            metrics=metrics,
-            max_frames=max_frames,
+            text=text, speaker=options["speaker"], language=options["language"], instruct=instruct,
+            params=self._sampling_params(options["seed"]), metrics=metrics, max_frames=options["max_frames"],
+            first_packet_frames=options["first_packet_frames"] or self.config.first_packet_frames,
+            packet_frames=options["packet_frames"] or self.config.packet_frames,
         )
-        channel = StreamChannel(request, loop, self.max_buffered_frames)
+        channel = StreamChannel(request, asyncio.get_running_loop(), self.max_buffered_frames)
+        if reserve:
+            self._reserve(channel)
+        self.counters.add("streams_started")
+        self.scheduler.submit(channel)
+        return StreamHandle(channel, self._release)
+
+    def _reserve(self, key: object) -> None:
         with self._lock:
             if len(self._open) >= self.capacity() + self.config.queue_limit:
                 self.counters.add("streams_rejected_busy")
@@ -272,10 +310,10 @@ class Engine:
                     f"the engine is busy: {self.capacity()} streams run at once (its capacity) and "
                     f"{self.config.queue_limit} may wait (TTS_DEEP_STREAM_QUEUE); retry shortly"
                 )
-            self._open.add(id(channel))
-        self.counters.add("streams_started")
-        self.scheduler.submit(channel)
-        return StreamHandle(channel, self._release)
+            self._open.add(id(key))
+
+    def _release_chain(self, chain: ChainedStream) -> None:
+        self._open.discard(id(chain))  # lock-free (one atomic set operation): it may run from __del__
 
     async def synthesize(self, text: str, speaker: str, language: str = "auto", **options: Any) -> np.ndarray:
         """Offline synthesis: the streaming path, concatenated. Returns int16 PCM at 24 kHz."""

@@ -33,8 +33,14 @@ class EmptyTextError(TTSInputError):
 
 
 class TextTooLongError(TTSInputError):
+    """Over the per-request cap (servers answer 413); longer than one stream is fine: the engine cuts it."""
+
     def __init__(self, length: int, limit: int) -> None:
-        super().__init__(f"text has {length} characters; at most {limit} are allowed", field="text")
+        super().__init__(
+            f"text has {length} characters; at most {limit} are allowed per request "
+            "(TTS_DEEP_STREAM_MAX_TEXT_CHARS)", field="text"
+        )
+        self.length, self.limit = length, limit
 
 
 class CheckpointError(ValueError):

@@ -32,7 +32,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from tts_engine.errors import EngineBusyError, TTSInputError
+from tts_engine.errors import EngineBusyError, TextTooLongError, TTSInputError
 from tts_engine.runtime.wav import wav_bytes
 
 log = logging.getLogger("tts_engine.server")
@@ -63,6 +63,11 @@ def error_response(
     message: str, field: str | None, status: int = 400, headers: dict[str, str] | None = None
 ) -> web.Response:
     return web.json_response({"error": message, "field": field}, status=status, headers=headers)
+
+
+def input_error(exc: TTSInputError) -> web.Response:
+    """An input the engine refused: 413 past the per-request text cap, else 400."""
+    return error_response(str(exc), exc.field, 413 if isinstance(exc, TextTooLongError) else 400)
 
 
 class _EngineCollector:
@@ -184,7 +189,7 @@ class TTSServer:
         except ClientError as exc:
             return self._count("stream", error_response(str(exc), exc.field, exc.status))
         except TTSInputError as exc:
-            return self._count("stream", error_response(str(exc), exc.field))
+            return self._count("stream", input_error(exc))
         except EngineBusyError as exc:
             return self._count("stream", self._busy(exc))
         summary: dict[str, Any] = {"request_id": request_id, "endpoint": "/tts/stream", "bytes_sent": 0}
@@ -197,7 +202,7 @@ class TTSServer:
                 first = None
             except TTSInputError as exc:
                 summary["status"] = "rejected"
-                return self._count("stream", error_response(str(exc), exc.field))
+                return self._count("stream", input_error(exc))
             response = web.StreamResponse(
                 status=200,
                 headers={
@@ -272,7 +277,7 @@ class TTSServer:
         except ClientError as exc:
             return self._count("synthesize", error_response(str(exc), exc.field, exc.status))
         except TTSInputError as exc:
-            return self._count("synthesize", error_response(str(exc), exc.field))
+            return self._count("synthesize", input_error(exc))
         except EngineBusyError as exc:
             return self._count("synthesize", self._busy(exc))
         import numpy as np
@@ -280,7 +285,7 @@ class TTSServer:
         try:
             parts = [packet.pcm async for packet in handle]
         except TTSInputError as exc:
-            return self._count("synthesize", error_response(str(exc), exc.field))
+            return self._count("synthesize", input_error(exc))
         except Exception as exc:  # noqa: BLE001 - an engine fault, not the client's
             log.error("synthesize %s failed: %s", request_id, exc)
             return self._count("synthesize", error_response(f"synthesis failed: {exc}", None, 500))

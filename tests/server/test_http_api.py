@@ -97,8 +97,7 @@ BAD_INPUTS = [
 @pytest.mark.parametrize("endpoint", ["/tts/stream", "/synthesize"])
 async def test_every_bad_input_is_a_400_naming_the_field(serve, endpoint: str) -> None:
     srv = await serve(max_text_chars=50)
-    cases = [*BAD_INPUTS, (('{"text": "' + "a" * 51 + '", "speaker": "serena"}').encode(), "text")]
-    for raw, field in cases:
+    for raw, field in BAD_INPUTS:
         async with srv.session.post(
             f"{srv.base}{endpoint}", data=raw, headers={"content-type": "application/json"}
         ) as r:
@@ -106,6 +105,11 @@ async def test_every_bad_input_is_a_400_naming_the_field(serve, endpoint: str) -
             error = await r.json()
             assert error["field"] == field, (raw, error)
             assert error["error"]
+    async with srv.session.post(f"{srv.base}{endpoint}", json={"text": "a" * 51, "speaker": "serena"}) as r:
+        assert r.status == 413, "past the per-request cap (TTS_DEEP_STREAM_MAX_TEXT_CHARS) is 413"
+        error = await r.json()
+        assert error["field"] == "text" and "TTS_DEEP_STREAM_MAX_TEXT_CHARS" in error["error"]
+        assert "at most 50" in error["error"]
     unknown = await (await srv.session.post(f"{srv.base}{endpoint}", json={"text": "x", "speaker": "bob"})).json()
     assert "serena" in unknown["error"], "the error should list the valid speakers"
     async with srv.session.post(
