@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import re
 import signal
 import time
@@ -68,6 +69,25 @@ def error_response(
 def input_error(exc: TTSInputError) -> web.Response:
     """An input the engine refused: 413 past the per-request text cap, else 400."""
     return error_response(str(exc), exc.field, 413 if isinstance(exc, TextTooLongError) else 400)
+
+
+@web.middleware
+async def _errors_as_json(request: web.Request, handler: Any) -> web.StreamResponse:
+    """One error shape for the whole server: aiohttp's own 404/405/413/400 become {"error", "field"} too."""
+    try:
+        return await handler(request)
+    except web.HTTPMethodNotAllowed as exc:
+        allowed = ", ".join(sorted(exc.allowed_methods))
+        message = f"method {request.method} is not allowed on {request.path}; allowed: {allowed}"
+        return error_response(message, "method", 405, headers={"Allow": allowed})
+    except web.HTTPNotFound:
+        return error_response(f"no endpoint {request.path!r}; the routes are in GET /openapi.json", "path", 404)
+    except web.HTTPRequestEntityTooLarge:
+        return error_response("request body is larger than 1 MiB", "body", 413)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return error_response(exc.text or exc.reason, None, exc.status)
 
 
 class _EngineCollector:
@@ -122,13 +142,17 @@ class TTSServer:
 
     # ---- app ------------------------------------------------------------------------------------
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=1 << 20)
+        app = web.Application(client_max_size=1 << 20, middlewares=[_errors_as_json])
         app.router.add_post("/tts/stream", self.tts_stream)
         app.router.add_post("/synthesize", self.synthesize)
         app.router.add_get("/v1/speakers", self.speakers)
         app.router.add_get("/v1/requests/{request_id}", self.request_summary)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/openapi.json", self.openapi)  # server_openapi.py: one dict per route
+        from tts_engine.routes.openai_speech import OpenAISpeech
+
+        OpenAISpeech(self).register(app)  # POST /v1/audio/speech (routes/openai_speech.py)
         return app
 
     # ---- request parsing ------------------------------------------------------------------------
@@ -165,7 +189,7 @@ class TTSServer:
         return self.engine.stream(
             body["text"],
             body["speaker"],
-            body.get("language") or "auto",
+            body.get("language"),  # None -> auto; "" is refused like any unknown language
             instruct=body.get("instruct"),
             packet_frames=body.get("packet_frames"),
             first_packet_frames=body.get("first_packet_frames"),
@@ -329,6 +353,14 @@ class TTSServer:
         }
         return web.json_response(body, status=200 if healthy else 503)
 
+    async def openapi(self, request: web.Request) -> web.Response:
+        from tts_engine.server_openapi import document
+
+        engine = self.engine
+        return web.json_response(
+            document(speakers=engine.speakers, languages=engine.languages, max_text_chars=engine.config.max_text_chars)
+        )
+
     async def metrics(self, request: web.Request) -> web.Response:
         payload = generate_latest(self.registry)
         return web.Response(body=payload, headers={"content-type": "text/plain; version=0.0.4; charset=utf-8"})
@@ -370,7 +402,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", choices=("greedy", "seeded"), help="TTS_DEEP_STREAM_DETERMINISTIC_POLICY")
     parser.add_argument("--deterministic", choices=("0", "1"), help="TTS_DEEP_STREAM_DETERMINISTIC")
     parser.add_argument("--code-dump-dir", help="enable code dumps into this folder (TTS_CODE_DUMP_*)")
-    parser.add_argument("--env-file", default=".env", help="KEY=VALUE file read before the environment")
+    parser.add_argument(
+        "--env-file", default=os.environ.get("ENV_FILE") or ".env", help="KEY=VALUE file read first ($ENV_FILE or .env)"
+    )
     parser.add_argument("--log-level", default="INFO")
 
 
