@@ -151,8 +151,10 @@ class TTSServer:
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/openapi.json", self.openapi)  # server_openapi.py: one dict per route
         from tts_engine.routes.openai_speech import OpenAISpeech
+        from tts_engine.routes.ws import TextWebSocket
 
         OpenAISpeech(self).register(app)  # POST /v1/audio/speech (routes/openai_speech.py)
+        TextWebSocket(self).register(app)  # GET /tts/ws: text in, PCM out (routes/ws.py)
         return app
 
     # ---- request parsing ------------------------------------------------------------------------
