@@ -1,4 +1,4 @@
-"""CustomVoice prompt assembly (non_streaming_mode=True layout), shared/reference/qwen3_tts.md §3.1-3.2.
+"""CustomVoice prompt assembly, both text layouts of shared/reference/qwen3_tts.md §3.1-3.2.
 
 Contract: `validate_request` checks text/speaker/language (errors list the valid values); a `PromptEmbedder`
 returns the talker prefill embeddings [T, H] and the number of text tokens:
@@ -7,6 +7,9 @@ returns the talker prefill embeddings [T, H] and the number of text tokens:
 where C = codec prefix ([think, think_bos, lang, think_eos] or [nothink, think_bos, think_eos] for auto)
 + [speaker] + [codec_pad, codec_bos]. Dialect speakers replace the language id for chinese/auto. The text is
 tokenized inside the chat template and sliced [3:-5] exactly as the official code does.
+`PromptEmbedder.streaming(first_id, ...)` builds the streaming-text prefill (non_streaming_mode=False): the same
+prefix, then [text(t_0) + codec_bos] alone; the later text tokens (`project(ids)`), then tts_eos, then tts_pad are
+added one per generated frame by the code generator.
 """
 
 from __future__ import annotations
@@ -88,7 +91,8 @@ class PromptEmbedder:
             special = self._project([[cfg.tts_bos_id, cfg.tts_eos_id, cfg.tts_pad_id]])[0]
             self.tts_bos, self.tts_eos, self.tts_pad = special.unbind(0)
             self._codec_pad = talker.embed_codec(self._ids([cfg.codec_pad_id]))
-            self._tail = (self.tts_pad + talker.embed_codec(self._ids([cfg.codec_bos_id])))[0][None]
+            self._codec_bos = talker.embed_codec(self._ids([cfg.codec_bos_id]))
+            self._tail = (self.tts_pad + self._codec_bos)[0][None]
         self._prefix: dict[tuple[str, str], torch.Tensor] = {}
         self._role: dict[tuple[int, ...], torch.Tensor] = {}
 
@@ -160,3 +164,23 @@ class PromptEmbedder:
         parts.append(body + self._codec_pad.expand(len(text_ids) + 1, -1))
         parts.append(self._tail)
         return torch.cat(parts, dim=0), len(text_ids)
+
+    @torch.no_grad()
+    def project(self, ids: list[int]) -> torch.Tensor:
+        """Text embeddings [len(ids), H] of token ids (the streaming layout's per-frame text rows)."""
+        return self._project([list(ids)])[0]
+
+    @torch.no_grad()
+    def streaming(self, first_id: int, speaker: str, language: str, instruct: str | None = None) -> torch.Tensor:
+        """Prefill embeddings of the streaming-text layout: [instruct] + role + codec prefix + [text(t_0) + codec_bos]
+        (9 positions for auto, 10 with a language; validated speaker/language)."""
+        role = tuple(self.tokenizer.encode(assistant_text("x"))[:ROLE_TOKENS])
+        if role not in self._role:
+            self._role[role] = self._project([list(role)])[0]
+        pieces = [[int(first_id)]]
+        if instruct and self.cfg.supports_instruct:
+            pieces.insert(0, self.tokenizer.encode(instruct_text(instruct)))
+        projected = self._project(pieces)
+        parts = projected[:-1]
+        parts += [self._role[role], self._codec_prefix(speaker, language), projected[-1] + self._codec_bos]
+        return torch.cat(parts, dim=0)

@@ -138,6 +138,9 @@ class CodeGenerator:
         self.hash_predictor = token_hashes(p.vocab_size, dev)
         self.prompts = PromptEmbedder(self.talker, cfg, model.tokenizer)
         self.tts_pad = self.prompts.tts_pad  # the same row the prompt uses (official: one bos/eos/pad projection)
+        # the text row each slot's next feedback adds: tts_pad (whole-text layout), or the streaming-text layout's
+        # next text token / tts_eos / tts_pad, set by the scheduler before each step (`set_text`)
+        self.text_feed = self.tts_pad.expand(s, -1).clone()
         # per-slot state
         self.positions = zeros(s, dtype=torch.long)
         self.frame = zeros(s, dtype=torch.long)
@@ -190,6 +193,29 @@ class CodeGenerator:
         else:  # an explicit cap replaces the text-length cap, still bounded by the ceiling and the cache room
             cap = min(max_frames, HARD_CEILING_FRAMES, room)
         return Prompt(embeds=embeds, n_text_tokens=n_text, max_frames=cap)
+
+    def prepare_streaming(self, first_id: int, speaker: str, language: str = "auto", instruct: str | None = None,
+                          max_frames: int | None = None) -> Prompt:
+        """The streaming-text layout's prompt (its first text token only). Its frame cap starts at the runaway cap of
+        one token (or `max_frames`); `set_cap` raises it as text tokens arrive."""
+        _, speaker, language = validate_request(self.cfg, "x", speaker, language)
+        embeds = self.prompts.streaming(first_id, speaker, language, instruct)
+        room = self.max_seq_len - embeds.shape[0]
+        cap = min(runaway_cap(1) if max_frames is None else max_frames, HARD_CEILING_FRAMES, room,
+                  self.cfg.generation.max_new_tokens - 1)
+        return Prompt(embeds=embeds, n_text_tokens=1, max_frames=cap)
+
+    def set_text(self, slot: int, row: torch.Tensor) -> None:
+        """The text embedding [H] the slot's next step adds to its feedback (streaming-text layout)."""
+        self.text_feed[slot].copy_(row)
+
+    def set_cap(self, slot: int, n_text_tokens: int, prompt_len: int) -> int:
+        """Set a streaming-text slot's frame cap for the text tokens known so far (the runaway cap grows with the
+        text; bounded by the ceiling and the cache room after its prompt of `prompt_len`). Returns the cap."""
+        cap = max(1, min(runaway_cap(n_text_tokens), self.cfg.generation.max_new_tokens - 1,
+                         self.max_seq_len - prompt_len))
+        self.max_frames[slot] = cap
+        return cap
 
     def _check_slot(self, slot: int) -> None:
         if not 0 <= slot < self.max_slots:
@@ -252,6 +278,7 @@ class CodeGenerator:
         self.sub_top_k[slot] = params.subtalker_top_k
         self.sub_top_p[slot] = params.subtalker_top_p
         self.seed[slot] = params.seed
+        self.text_feed[slot] = self.tts_pad
         self.active[slot] = True
         if params.do_sample or params.subtalker_do_sample:
             self.sampling_slots.add(slot)
@@ -268,7 +295,7 @@ class CodeGenerator:
         every frame, so they hold nothing between steps)."""
         per_slot = [self.positions, self.frame, self.max_frames, self.seen, self.logits, self.past_hidden,
                     self.do_sample, self.temperature, self.top_k, self.top_p, self.penalty, self.sub_do_sample,
-                    self.sub_temperature, self.sub_top_k, self.sub_top_p, self.seed]
+                    self.sub_temperature, self.sub_top_k, self.sub_top_p, self.seed, self.text_feed]
         return [(self.k_cache, 1), (self.v_cache, 1)] + [(t, 0) for t in per_slot]
 
     @torch.no_grad()
@@ -342,7 +369,7 @@ class CodeGenerator:
         frame = self.frame[:n]
         codes = torch.cat((c0[:, None], rest), dim=1)
 
-        x = (self.predictor.feedback_embedding(c0_embed, rest) + self.tts_pad)[:, None]
+        x = (self.predictor.feedback_embedding(c0_embed, rest) + self.text_feed[:n])[:, None]
         pos = self.positions[:n]
         dt = self.model.dtype
         cos = self.cos_f32[pos].to(dt)[:, None, None]

@@ -1,0 +1,173 @@
+"""Streaming text input at token level: the text-side track of the streaming-text layout (non_streaming_mode=False).
+
+Layout (shared/reference/qwen3_tts.md §3.2): the prefill ends with [text(t_0) + codec_bos]; generated frame k's
+feedback adds trailing[k], where trailing = [text(t_1) .. text(t_{n-1}), tts_eos] and tts_pad once it is exhausted.
+So frame k can be stepped as soon as token k+1 is known (or the text is closed); until then the stream waits.
+
+Contract:
+- `IncrementalTokens(tokenizer)`: `push(piece)` appends text cut anywhere and returns the token ids that became
+  final; `close()` returns the rest. The ids equal the tokenization of the whole text (inside the chat template,
+  as the official code slices it) however the text was cut: a token is final only once the pre-token it belongs to
+  cannot grow, i.e. every pre-token but the last (the byte-level BPE never merges across pre-tokens).
+  Leading whitespace of the text and trailing whitespace at close are dropped, as the whole-text path strips them.
+- `TextFeed`: one stream's text, thread-safe: the event loop pushes pieces and closes it, the engine's worker reads
+  `n_ids`, `ids_from(i)` and `closed`. `trailing_kind(k)` says what frame k's step needs: "text" (token k+1 is
+  known), "eos", "pad", or None (wait: not known yet and not closed).
+- `generate_codes_streaming(model, pieces, ...)`: offline reference of the layout through the real `CodeGenerator`
+  (one slot, text pushed piece by piece, a frame stepped only when its text row is known); the parity test compares
+  it with the official implementation's streaming-text mode.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from tts_engine.errors import EmptyTextError
+
+
+class IncrementalTokens:
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+        backend = getattr(tokenizer, "_backend", tokenizer)
+        self._pre = backend.backend_tokenizer.pre_tokenizer  # HF fast tokenizer: the Qwen2 regex pre-tokenizer
+        self.text = ""
+        self.ids: list[int] = []
+        self._final_chars = 0  # chars of `text` whose tokens are final
+        self.closed = False
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self._tokenizer.encode(text))
+
+    def push(self, piece: str) -> list[int]:
+        if self.closed:
+            raise RuntimeError("push() after close()")
+        self.text = (self.text + piece) if self.text else piece.lstrip()
+        spans = self._pre.pre_tokenize_str(self.text)
+        if len(spans) < 2:
+            return []
+        cut = spans[-1][1][0]  # the last pre-token may still grow; everything before it is final
+        return self._commit(cut)
+
+    def close(self) -> list[int]:
+        if self.closed:
+            return []
+        self.closed = True
+        self.text = self.text.rstrip()
+        return self._commit(len(self.text))
+
+    def _commit(self, cut: int) -> list[int]:
+        if cut <= self._final_chars:
+            return []
+        ids = self._encode(self.text[:cut])
+        if ids[: len(self.ids)] != self.ids:  # cannot happen with a regex pre-tokenizer; never rewrite spoken ids
+            raise RuntimeError("incremental tokenization diverged from the final ids")
+        new = ids[len(self.ids):]
+        self.ids = ids
+        self._final_chars = cut
+        return new
+
+
+class TextFeed:
+    """One stream's text track (see the module doc)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokens = IncrementalTokens(tokenizer)
+        self._lock = threading.Lock()
+        self._ids: list[int] = []
+        self.closed = False
+        self.chars = 0
+        self.on_change: Any = None  # set by the engine: wakes the worker when text arrives
+
+    def push(self, piece: str) -> None:
+        with self._lock:
+            self.chars += len(piece)
+            self._ids.extend(self._tokens.push(piece))
+        self._changed()
+
+    def close(self) -> None:
+        with self._lock:
+            self._ids.extend(self._tokens.close())
+            self.closed = True
+        self._changed()
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+    @property
+    def n_ids(self) -> int:
+        return len(self._ids)
+
+    def ids_from(self, start: int) -> list[int]:
+        with self._lock:
+            return self._ids[start:]
+
+    def trailing_kind(self, k: int) -> str | None:
+        """What frame k's feedback adds: "text" (token k+1), "eos", "pad", or None (not known yet)."""
+        n = len(self._ids)
+        if k + 1 < n:
+            return "text"
+        if not self.closed:
+            return None
+        return "eos" if k + 1 == n else "pad"
+
+
+@torch.no_grad()
+def generate_codes_streaming(model: Any, pieces: Iterable[str], speaker: str, language: str = "auto",
+                             params: Any = None, max_frames: int | None = None,
+                             instruct: str | None = None) -> torch.Tensor:
+    """Offline: [T, 16] codes of text arriving in `pieces`, streaming-text layout (EOS frame dropped)."""
+    from tts_engine.runtime.codegen import CodeGenerator, SamplingParams
+
+    gen = CodeGenerator(model, max_slots=1)
+    feed = TextFeed(model.tokenizer)
+    source = iter(pieces)
+
+    def more() -> bool:
+        piece = next(source, None)
+        if piece is None:
+            if feed.closed:
+                return False
+            feed.close()
+        else:
+            feed.push(piece)
+        return True
+
+    while feed.n_ids == 0 and more():
+        pass
+    if feed.n_ids == 0:
+        raise EmptyTextError()
+    prompt = gen.prepare_streaming(feed.ids_from(0)[0], speaker, language, instruct, max_frames)
+    gen.admit(0, prompt, params or SamplingParams.greedy())
+    prompt_len = prompt.embeds.shape[0]
+    rows: list[torch.Tensor] = []  # text rows of tokens 1.. projected so far
+    frames: list[torch.Tensor] = []
+    k = 0
+    while True:
+        kind = feed.trailing_kind(k)
+        if kind is None:
+            more()
+            continue
+        if max_frames is None:
+            gen.set_cap(0, feed.n_ids, prompt_len)
+        if kind == "text":
+            if len(rows) <= k:
+                rows.extend(gen.prompts.project(feed.ids_from(len(rows) + 1)).unbind(0))
+            gen.set_text(0, rows[k])
+        else:
+            gen.set_text(0, gen.prompts.tts_eos if kind == "eos" else gen.tts_pad)
+        codes, done = gen.step(1)
+        k += 1
+        if bool(done[0]):
+            if int(codes[0, 0]) != model.config.codec_eos_id:
+                frames.append(codes[0])
+            break
+        frames.append(codes[0])
+    gen.release(0)
+    if not frames:
+        return torch.zeros((0, model.config.num_code_groups), dtype=torch.long, device=model.device)
+    return torch.stack(frames)
