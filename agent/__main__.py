@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from tts_engine.env import load_dotenv
@@ -21,7 +22,7 @@ USAGE = "usage: python -m agent {preflight|dev|start|simulate} [options]  (pytho
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    load_dotenv()
+    load_dotenv(os.environ.get("ENV_FILE") or ".env")  # the same file scripts/start_all.sh reads
     command = argv[0] if argv else ""
     if command == "preflight":
         from agent.config import AgentConfig

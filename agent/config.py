@@ -58,6 +58,7 @@ class AgentConfig:
     job_executor: str = "thread"  # thread: sessions share one engine per process
     num_idle_processes: int = 1
     init_timeout_s: float = 600.0
+    drain_timeout_s: int = 10  # on SIGTERM: calls may go on this long, then end (agent leaves, traces written)
     max_sessions: int = 8
     load_threshold: float = 0.9
 
@@ -105,6 +106,7 @@ class AgentConfig:
             job_executor=env.choice("AGENT_JOB_EXECUTOR", "thread", ("thread", "process")),
             num_idle_processes=env.int("AGENT_NUM_IDLE_PROCESSES", 1, lo=0, hi=64),
             init_timeout_s=env.float("AGENT_INIT_TIMEOUT_S", 600.0, lo=10.0, hi=3600.0),
+            drain_timeout_s=env.int("AGENT_DRAIN_TIMEOUT_S", 10, lo=1, hi=3600),
             max_sessions=env.int("AGENT_MAX_SESSIONS", 8, lo=1, hi=1024),
             load_threshold=env.float("AGENT_LOAD_THRESHOLD", 0.9, lo=0.05, hi=1.0),
         )

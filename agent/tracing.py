@@ -74,7 +74,7 @@ class TurnTrace:
     turn_id: str
     index: int
     t0: float
-    wall_t0: float  # time.time() at t0, for the record's timestamp only
+    wall_t0: float  # time.time() at t0: the record's timestamp, and how a browser on the same host lines up
     points: dict[str, float] = field(default_factory=dict)
     user_text: str = ""
     reply_chars: int = 0
@@ -131,6 +131,7 @@ class TurnTrace:
             "turn_id": self.turn_id,
             "turn_index": self.index,
             "timestamp": dt.datetime.fromtimestamp(self.wall_t0, dt.UTC).isoformat(timespec="milliseconds"),
+            "wall_t0": round(self.wall_t0, 6),
             "points": points,
             "segments_ms": segments,
             "complete": self.complete(),

@@ -73,6 +73,10 @@ def prewarm(proc: JobProcess) -> None:
     cfg = worker_config()
     proc.userdata["vad"] = silero.VAD.load(min_silence_duration=cfg.vad_silence_ms / 1000.0, sample_rate=16_000)
     proc.userdata["backend"] = get_backend(cfg)
+    if not cfg.stt_base_url:  # embedded STT: load whisper here, not on a call's event loop (~0.5 s)
+        from agent.local.whisper_stt import load_model
+
+        load_model()
     with _lock:
         if not _tuned:
             tune_runtime()
@@ -138,6 +142,7 @@ def build_options(cfg: AgentConfig) -> WorkerOptions:
         job_executor_type=JobExecutorType.THREAD if cfg.job_executor == "thread" else JobExecutorType.PROCESS,
         num_idle_processes=cfg.num_idle_processes,
         initialize_process_timeout=cfg.init_timeout_s,
+        drain_timeout=cfg.drain_timeout_s,
         agent_name=cfg.agent_name,
         port=cfg.http_port,
         ws_url=cfg.livekit_url or None,

@@ -279,7 +279,8 @@ stop_one() {
   if group_alive "$pid"; then
     say "$svc: still running after ${STOP_TIMEOUT}s; sending SIGKILL to process group $pid"
     kill -KILL -- "-$pid" 2>/dev/null || true
-    sleep 0.5
+    deadline=$((SECONDS + 5))  # the kernel reaps a large process (GiBs of model memory) in a moment, not at once
+    while group_alive "$pid" && ((SECONDS < deadline)); do sleep 0.2; done
   fi
   if group_alive "$pid"; then
     err "$svc: process group $pid survived SIGKILL; pid file kept ($(pid_file "$svc"))"
@@ -330,7 +331,7 @@ cmd_stop() {
 
 cmd_status() {
   local svc pid rc state health uptime code bad=0 enabled
-  printf '%-6s %-8s %-8s %-8s %-11s %s\n' SERVICE STATE PID ENABLED UPTIME HEALTH
+  printf '%-9s %-8s %-8s %-8s %-11s %s\n' SERVICE STATE PID ENABLED UPTIME HEALTH
   for svc in $(selected_services "$@"); do
     rc=0; pid=$(recorded_pid "$svc") || rc=$?
     enabled=no; svc_enabled "$svc" && enabled=yes
@@ -345,7 +346,7 @@ cmd_status() {
       if [ "$rc" = 2 ]; then state=stale; else state=down; fi
       [ "$enabled" = yes ] && bad=1
     fi
-    printf '%-6s %-8s %-8s %-8s %-11s %s\n' "$svc" "$state" "$pid" "$enabled" "$uptime" "$health"
+    printf '%-9s %-8s %-8s %-8s %-11s %s\n' "$svc" "$state" "$pid" "$enabled" "$uptime" "$health"
   done
   return $((bad ? 3 : 0))
 }

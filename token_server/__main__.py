@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from aiohttp import web
@@ -31,7 +32,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--host", help="bind address (default: TOKEN_SERVER_HOST or 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port, 0 = any free one (default: TOKEN_SERVER_PORT or 3000)")
     parser.add_argument("--dev", action="store_true", help="use the livekit-server --dev key pair (devkey/secret)")
-    parser.add_argument("--env-file", default=".env", help="read variables from this file first (default: .env)")
+    parser.add_argument(
+        "--env-file",
+        default=os.environ.get("ENV_FILE") or ".env",
+        help="read variables from this file first (default: $ENV_FILE or .env)",
+    )
     return parser.parse_args(argv)
 
 

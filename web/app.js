@@ -12,6 +12,7 @@ import { AudioActivity, EnergyVad, TurnLatencyTracker } from "./stats.js";
 
 const LK = window.LivekitClient;
 const AGENT_STATE = "lk.agent.state";
+const WAITING_FOR_AGENT = "Connected. Waiting for the agent to join…";
 const $ = (id) => document.getElementById(id);
 
 class UserFacingError extends Error {}
@@ -35,7 +36,10 @@ function newDetectors() {
   call.vad = new EnergyVad({ thresholdDb: -50, minSpeechMs: 60, hangoverMs });
   call.agentAudio = new AudioActivity({ thresholdDb: -55, silenceMs: 250 });
 }
-call.tracker = new TurnLatencyTracker({ onRecord: (record) => { call.log.push(record); renderLatency(call); } });
+call.tracker = new TurnLatencyTracker({
+  origin: () => call.meters.unixOffsetMs(), // level events are stamped on the audio context clock
+  onRecord: (record) => { call.log.push(record); renderLatency(call); },
+});
 newDetectors();
 
 function notice(kind, text) {
@@ -190,6 +194,7 @@ function wireRoom(room) {
     if (!p.isAgent) return;
     setAgentState(p.attributes[AGENT_STATE] ?? "initializing");
     showAgentParts(p.attributes);
+    if ($("notice").textContent === WAITING_FOR_AGENT) notice("info", "");
   });
   room.on(E.ParticipantDisconnected, (p) => { if (p.isAgent) { setAgentState(null); notice("info", "The agent left the room."); } });
   room.on(E.ParticipantAttributesChanged, (changed, p) => {
@@ -243,7 +248,7 @@ async function join(event) {
     $("enable-audio").hidden = room.canPlaybackAudio;
     const agent = [...room.remoteParticipants.values()].find((p) => p.isAgent);
     if (agent) { setAgentState(agent.attributes[AGENT_STATE] ?? "initializing"); showAgentParts(agent.attributes); }
-    else notice("info", "Connected. Waiting for the agent to join…");
+    else notice("info", WAITING_FOR_AGENT);
   } catch (err) {
     if (!(err instanceof UserFacingError)) console.error(err);
     call.leaving = true;

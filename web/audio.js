@@ -26,6 +26,16 @@ export class LevelMeters {
     return this.ctx ? this.ctx.currentTime * 1000 : performance.now();
   }
 
+  // Unix ms of context time 0, from the context's own clock-to-performance mapping (re-read each call, since
+  // the audio clock drifts against the system clock), so a level event's t lines up with a server's wall
+  // clock on the same host. Includes the output latency: a remote sound maps to when it is heard.
+  unixOffsetMs() {
+    if (!this.ctx) return null;
+    const ts = this.ctx.getOutputTimestamp?.();
+    if (ts && ts.performanceTime > 0) return performance.timeOrigin + ts.performanceTime - ts.contextTime * 1000;
+    return performance.timeOrigin + performance.now() - this.ctx.currentTime * 1000;
+  }
+
   watch(mediaStreamTrack, onLevel) {
     if (!this.ctx) throw new Error("LevelMeters.start() must be awaited before watch()");
     const source = this.ctx.createMediaStreamSource(new MediaStream([mediaStreamTrack]));

@@ -14,6 +14,10 @@
 //     turnGap   = user's last voiced frame -> first agent audio heard (= response + hangover)
 //     bargeIn   = user starts talking while the agent is audible -> agent audio went silent
 //   A barge-in the agent did not yield to within `bargeInTimeoutMs` is counted in `ignoredBargeIns`.
+//   With `origin` (a function giving the Unix ms of t = 0; the page passes its audio clock's mapping), each
+//   record also carries the moments as Unix ms
+//   (`userEndAtMs`/`agentStartAtMs`, `userStartAtMs`/`silentAtMs`), so a tool on the same host can line
+//   them up with the agent's trace (its `wall_t0`).
 
 export function percentile(values, p) {
   if (!values.length) return NaN;
@@ -116,8 +120,9 @@ export class AudioActivity {
 }
 
 export class TurnLatencyTracker {
-  constructor({ bargeInTimeoutMs = 3000, onRecord = null } = {}) {
+  constructor({ bargeInTimeoutMs = 3000, onRecord = null, origin = null } = {}) {
     this.bargeInTimeoutMs = bargeInTimeoutMs;
+    this.origin = origin; // () => Unix ms of t = 0 (null: records carry no absolute times)
     this.onRecord = onRecord; // called with each record, for the page's log
     this.response = new LatencySeries("response");
     this.turnGap = new LatencySeries("turnGap");
@@ -138,6 +143,11 @@ export class TurnLatencyTracker {
     this.agentAudible = true;
     if (!this.pendingTurn) return;
     const record = { type: "turn", responseMs: t - this.pendingTurn.t, turnGapMs: t - this.pendingTurn.lastVoiceT };
+    const o = this.origin?.() ?? null;
+    if (o !== null) {
+      record.userEndAtMs = o + this.pendingTurn.t;
+      record.agentStartAtMs = o + t;
+    }
     this.pendingTurn = null;
     this.response.add(record.responseMs);
     this.turnGap.add(record.turnGapMs);
@@ -147,14 +157,16 @@ export class TurnLatencyTracker {
     this.agentAudible = false;
     if (this.bargeInAt === null) return;
     const ms = Math.max(0, t - this.bargeInAt);
+    const o = this.origin?.() ?? null;
+    const at = o === null ? {} : { userStartAtMs: o + this.bargeInAt, silentAtMs: o + t };
     this.bargeInAt = null;
     if (ms > this.bargeInTimeoutMs) {
       this.ignoredBargeIns += 1;
-      this.onRecord?.({ type: "barge_in_ignored", ms });
+      this.onRecord?.({ type: "barge_in_ignored", ms, ...at });
       return;
     }
     this.bargeIn.add(ms);
-    this.onRecord?.({ type: "barge_in", silenceMs: ms });
+    this.onRecord?.({ type: "barge_in", silenceMs: ms, ...at });
   }
   // Route detector events here.
   handleUserEvent(ev) {

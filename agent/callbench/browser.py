@@ -1,0 +1,127 @@
+"""BrowserCall: the real call page in Debian Chromium (Playwright), with a WAV file as the microphone.
+
+Contract
+- `BrowserCall(page_url, mic_wav)` as a context manager launches headless Chromium with a fake capture
+  device that loops `mic_wav` (`--use-file-for-fake-audio-capture`), opens the page and records console
+  errors, page errors and failed requests in `problems`.
+- `join(room)` presses Join and waits until the page says it is connected; `wait_for(js, timeout)` waits for
+  a JS condition on the page; `snapshot()` returns what a person would see and what the page measured:
+  agent state, the agent's parts, transcript lines, the latency records (`window.voiceCall.log`), and
+  WebRTC inbound-audio stats of the agent's track (bytes, packets, audio energy).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+BROWSER_FLAGS = [
+    "--use-fake-ui-for-media-stream",
+    "--use-fake-device-for-media-stream",
+    "--autoplay-policy=no-user-gesture-required",
+    "--no-sandbox",  # CI containers run as root
+]
+
+SNAPSHOT_JS = """async () => {
+  const call = window.voiceCall;
+  const shown = (id) => (document.getElementById(id).hidden ? '' : document.getElementById(id).textContent);
+  const lines = [...document.querySelectorAll('#transcript p.line')].map((p) => ({
+    who: p.classList.contains('you') ? 'you' : 'agent',
+    final: !p.classList.contains('partial'),
+    text: p.querySelector('.text').textContent,
+  }));
+  const inbound = [];
+  const room = call.room;
+  if (room) {
+    for (const p of room.remoteParticipants.values()) {
+      for (const pub of p.audioTrackPublications.values()) {
+        const receiver = pub.track?.receiver;
+        if (!receiver) continue;
+        (await receiver.getStats()).forEach((s) => {
+          if (s.type === 'inbound-rtp') inbound.push({
+            identity: p.identity, isAgent: p.isAgent, bytesReceived: s.bytesReceived,
+            packetsReceived: s.packetsReceived, audioLevel: s.audioLevel ?? null,
+            totalAudioEnergy: s.totalAudioEnergy ?? null, jitterBufferDelay: s.jitterBufferDelay ?? null,
+            jitterBufferEmittedCount: s.jitterBufferEmittedCount ?? null,
+          });
+        });
+      }
+    }
+  }
+  return {
+    status: document.getElementById('status').textContent,
+    agentState: document.getElementById('agent-state').textContent,
+    agentParts: call.agentParts ?? null,
+    agentPartsText: shown('agent-parts'),
+    notice: shown('notice'),
+    transcript: lines,
+    log: call.log,
+    summary: call.tracker.summary(),
+    inbound,
+  };
+}"""
+
+
+def chromium_path() -> str:
+    for candidate in (os.environ.get("CHROMIUM_PATH"), "/usr/bin/chromium", shutil.which("chromium")):
+        if candidate and Path(candidate).exists():
+            return candidate
+    raise FileNotFoundError("Chromium not found: install Debian chromium (scripts/setup.sh does) or set CHROMIUM_PATH")
+
+
+class BrowserCall:
+    def __init__(self, page_url: str, mic_wav: Path, *, timeout_ms: int = 30_000) -> None:
+        self.page_url = page_url
+        self.mic_wav = Path(mic_wav)
+        self.timeout_ms = timeout_ms
+        self.problems: list[str] = []
+        self._pw: Any = None
+        self._browser: Any = None
+        self.page: Any = None
+
+    def __enter__(self) -> BrowserCall:
+        from playwright.sync_api import sync_playwright
+
+        self._pw = sync_playwright().start()
+        flags = [*BROWSER_FLAGS, f"--use-file-for-fake-audio-capture={self.mic_wav}"]
+        self._browser = self._pw.chromium.launch(executable_path=chromium_path(), headless=True, args=flags)
+        context = self._browser.new_context()
+        context.grant_permissions(["microphone"], origin=self.page_url.rstrip("/"))
+        self.page = context.new_page()
+        self.page.set_default_timeout(self.timeout_ms)
+        self.page.on("console", self._on_console)
+        self.page.on("pageerror", lambda exc: self.problems.append(f"pageerror: {exc}"))
+        self.page.on("requestfailed", lambda req: self.problems.append(f"requestfailed: {req.url} {req.failure}"))
+        self.page.goto(self.page_url)
+        self.page.wait_for_function("() => !document.getElementById('server-info').textContent.includes('loading')")
+        return self
+
+    def _on_console(self, message: Any) -> None:
+        if message.type == "error":
+            self.problems.append(f"console.error: {message.text}")
+
+    def join(self, room: str | None = None) -> None:
+        if room:
+            self.page.fill("#room-input", room)
+        self.page.click("#join")
+        self.page.wait_for_function("() => document.getElementById('status').textContent.startsWith('connected')")
+
+    def wait_for(self, js: str, timeout_s: float, arg: Any = None) -> None:
+        self.page.wait_for_function(js, arg=arg, timeout=timeout_s * 1000, polling=100)
+
+    def snapshot(self) -> dict[str, Any]:
+        return self.page.evaluate(SNAPSHOT_JS)
+
+    def leave(self) -> None:
+        self.page.click("#leave")
+        self.page.wait_for_function("() => document.getElementById('status').textContent === 'disconnected'")
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self._browser is not None:
+                self._browser.close()
+        finally:
+            if self._pw is not None:
+                self._pw.stop()

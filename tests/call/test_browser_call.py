@@ -1,0 +1,88 @@
+"""A person's call, in a real browser, through the real stack: the page, the token server, LiveKit's own
+server and the agent worker with its embedded defaults. The microphone is espeak-ng speech (Chromium's
+fake capture device loops the WAV)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from agent.callbench.browser import BrowserCall
+from agent.callbench.stack import LocalStack
+from agent.tracing import POINTS
+
+pytestmark = [pytest.mark.browser, pytest.mark.call]
+
+AGENT_PRESENT_JS = "() => !['not here', 'initializing'].includes(document.getElementById('agent-state').textContent)"
+USER_SAID_JS = """(word) => [...document.querySelectorAll('#transcript p.line.you')]
+  .some((p) => p.textContent.toLowerCase().includes(word))"""
+
+
+def wait_traces(stack: LocalStack, room: str, predicate, timeout: float = 60.0) -> list[dict]:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        records = [r for r in stack.traces() if r["session_id"].startswith(f"{room}-")]
+        if predicate(records):
+            return records
+        time.sleep(0.5)
+    raise AssertionError(f"no trace for room {room} met the condition within {timeout}s: {stack.traces()}")
+
+
+def test_browser_call_agent_hears_and_answers(stack: LocalStack, question_wav: Path) -> None:
+    with BrowserCall(stack.page_url, question_wav) as call:
+        call.join("browser-call")
+        # the agent joins and its state shows on the page, with a plain word about its random-weight voice
+        call.wait_for(AGENT_PRESENT_JS, 60)
+        call.wait_for("() => window.voiceCall.agentParts?.tts_weights === 'random'", 30)
+        # the user's words come back as a transcript (whisper recognised a known word) and the agent answers
+        call.wait_for(USER_SAID_JS, 60, arg="hear")
+        call.wait_for("() => window.voiceCall.log.some((r) => r.type === 'turn')", 60)
+        first = call.snapshot()
+        time.sleep(1.0)
+        second = call.snapshot()
+        call.leave()
+        problems = list(call.problems)
+
+    assert "babbles" in first["agentPartsText"] and "TTS_DEEP_STREAM_MODEL_DIR" in first["agentPartsText"]
+    assert set(first["agentParts"]["defaults"]) == {"tts", "llm", "stt", "livekit"}
+    assert first["notice"] == "", first["notice"]
+    assert any(line["who"] == "agent" and line["text"].strip() for line in second["transcript"]), second["transcript"]
+    # agent audio reaches the browser: inbound RTP keeps rising and it is not silence
+    agent_in = [
+        (a, b) for a in first["inbound"] for b in second["inbound"] if a["isAgent"] and a["identity"] == b["identity"]
+    ]
+    assert agent_in, first["inbound"]
+    before, after = agent_in[0]
+    assert after["bytesReceived"] > before["bytesReceived"] and after["packetsReceived"] > before["packetsReceived"]
+    assert after["totalAudioEnergy"] > 0.0, after
+    turn = next(r for r in second["log"] if r["type"] == "turn")
+    assert 0 < turn["responseMs"] < 15_000, turn
+    # the call's trace has all nine points for the answered turn
+    records = wait_traces(stack, "browser-call", lambda rs: any(r["complete"] for r in rs))
+    done = next(r for r in records if r["complete"])
+    assert set(POINTS) <= set(done["points"]) and done["outcome"] in ("answered", "interrupted"), done
+    assert problems == [], problems
+
+
+def test_barge_in_from_the_browser_silences_the_agent(stack: LocalStack, interrupting_wav: Path) -> None:
+    with BrowserCall(stack.page_url, interrupting_wav) as call:
+        call.join("browser-barge-in")
+        # the WAV's next loop speaks while the agent is still answering: the agent must go quiet at the browser
+        call.wait_for("() => window.voiceCall.log.some((r) => r.type === 'barge_in')", 90)
+        snap = call.snapshot()
+        call.leave()
+        problems = list(call.problems)
+
+    barge = next(r for r in snap["log"] if r["type"] == "barge_in")
+    assert snap["summary"]["ignoredBargeIns"] == 0, snap["log"]
+    records = wait_traces(stack, "browser-barge-in", lambda rs: any(r["interruptions"] for r in rs))
+    irq = next(i for r in records for i in r["interruptions"])
+    assert irq["audio_silenced"] is not None and irq["stale_frames_after_cancel"] == 0, irq
+    # measured at the browser, against the agent's own decision time (same host, same wall clock)
+    rec = next(r for r in records if r["interruptions"])
+    decided_ms = (rec["wall_t0"] + irq["interrupt_detected"]) * 1000.0
+    silence_after_decision = barge["silentAtMs"] - decided_ms
+    assert -50 < silence_after_decision < 1000, (barge, rec)
+    assert problems == [], problems
