@@ -16,7 +16,16 @@ The framework then cancels its own tasks too (idempotent with ours). cancel->sil
 minus the moment the framework's interrupt decision reached us.
 
 Who calls what: `agent.voice` wires session events and node overrides to the `on_*` methods, the
-audio output calls `on_frame_published` / `on_playout_finished` / `on_clear_buffer`.
+audio output calls `on_frame_published` / `on_playout_finished` / `on_clear_buffer` / `frame_allowed`.
+
+A reply lives exactly as long as its speech (the framework's `SpeechHandle`, keyed by its id):
+`on_speech_created` registers the speech before any node runs, so an interruption that comes before the
+reply exists (a barge-in 0 ms after the speech was created) is remembered and `begin_reply` then hands
+out a reply that is already closed (nothing is generated, the state does not move to THINKING);
+`on_speech_done` (the handle's done callback) closes whatever reply the speech still has open, so no
+state outlives its speech, whichever task was cancelled where; `frame_allowed` reads the speech's own
+`interrupted` flag before every frame, so no frame is captured after an interruption, even one whose
+notification has not reached the controller yet.
 """
 
 from __future__ import annotations
@@ -69,10 +78,26 @@ class Reply:
     frames_published: int = 0
     interruption: Interruption | None = None
     done: bool = False
+    speech_key: str | None = None
+
+    @property
+    def closed(self) -> bool:
+        """Nothing more of this reply may be generated or played (finished or cut)."""
+        return self.done or self.interruption is not None
 
     @property
     def turn_id(self) -> str:
         return self.turn.turn_id if self.turn is not None else f"reply-{self.reply_id}"
+
+
+@dataclass
+class _Speech:
+    """A speech the framework created: the user turn it answers and its `interrupted` flag (read live)."""
+
+    key: str
+    turn: TurnTrace | None
+    is_interrupted: Callable[[], bool]
+    interrupted_at: float | None = None
 
 
 class DuplexController:
@@ -92,6 +117,7 @@ class DuplexController:
         self.interruptions: list[tuple[Reply, Interruption]] = []
         self._replies: dict[str, Reply] = {}
         self._by_key: dict[str, Reply] = {}
+        self._speeches: dict[str, _Speech] = {}
         self._stt_seq = 0
         self._pending_stt: dict[int, float] = {}
 
@@ -148,16 +174,97 @@ class DuplexController:
         if not text.strip() and self.state == State.THINKING and self.reply is None:
             self.transition(State.LISTENING, "empty transcript")
 
+    # -- speeches (the framework's SpeechHandle lifecycle) -----------------------------------
+    def _answerable_turn(self) -> TurnTrace | None:
+        cur = self.collector.current
+        if cur is None or cur.finished or cur.has("llm_request"):
+            return None
+        if any(r.turn is cur for r in self._by_key.values()):
+            return None  # another speech already answers it
+        return cur
+
+    def on_speech_created(self, key: str, *, is_interrupted: Callable[[], bool] = lambda: False) -> None:
+        """A speech exists (before any of its nodes run); `is_interrupted` reads its live interrupted flag."""
+        turn = self._answerable_turn()
+        if turn is not None and any(sp.turn is turn for sp in self._speeches.values()):
+            turn = None
+        self._speeches[key] = _Speech(key, turn, is_interrupted)
+
+    def on_speech_interrupted(self, key: str, t: float | None = None) -> None:
+        """The framework interrupted speech `key`: cascade now if its reply exists, else remember it."""
+        speech = self._speeches.get(key)
+        t = self.clock() if t is None else t
+        if speech is not None and speech.interrupted_at is None:
+            speech.interrupted_at = t
+        reply = self._by_key.get(key)
+        if reply is not None:
+            self.interrupt(source="speech_interrupted", reply=reply, t=t)
+
+    def on_speech_done(self, key: str, *, interrupted: bool) -> None:
+        """The speech is over (its tasks all ended): so is its reply, whatever did or did not reach us."""
+        speech = self._speeches.pop(key, None)
+        reply = self._by_key.get(key)
+        if reply is None:
+            if speech is not None and interrupted and speech.turn is not None:
+                # cut before any node ran: the turn it answered was interrupted, with nothing said
+                reply = self._closed_reply(key, speech)
+            else:
+                return
+        if interrupted and reply.interruption is None and not reply.done:
+            self.interrupt(source="speech_interrupted", reply=reply)
+        if not reply.done:
+            self._end_reply(reply, "speech done")
+        self._by_key.pop(key, None)
+
+    def _closed_reply(self, key: str, speech: _Speech) -> Reply:
+        """A reply for a speech interrupted before it existed: registered, cut at once, never active."""
+        reply = Reply(reply_id=uuid.uuid4().hex[:12], turn=speech.turn, speech_key=key)
+        self._replies[reply.reply_id] = reply
+        self._by_key[key] = reply
+        self.interrupt(source="speech_interrupted", reply=reply, t=speech.interrupted_at)
+        reply.done = True
+        self._release(reply.turn, "speech interrupted before its reply")
+        return reply
+
+    def _release(self, turn: TurnTrace | None, reason: str) -> None:
+        """The current user turn will get no (more) reply: THINKING on its behalf ends."""
+        if self.reply is None and self.state is State.THINKING and turn is not None and turn is self.collector.current:
+            self.transition(State.LISTENING, reason)
+
+    def _end_reply(self, reply: Reply, reason: str) -> None:
+        """Close a reply whose speech ended without its playout reaching us (no audio, or cut)."""
+        reply.done = True
+        turn = reply.turn
+        if reply.interruption is None and turn is not None and not turn.finished:
+            if turn.outcome == "open":
+                if reply.frames_published:
+                    turn.outcome = "answered"
+                else:
+                    turn.errors.append("reply: the speech ended without audio")
+                    turn.outcome = "error"
+            self.collector.finish(turn)
+        if self.reply is reply:
+            self.reply = None
+            if self.state is not State.LISTENING:
+                self.transition(State.LISTENING, reason)
+        else:
+            self._release(turn, reason)
+
     # -- agent side --------------------------------------------------------------------------
     def begin_reply(self, key: str | None = None) -> Reply:
         """Called when a speech starts its LLM or TTS node; both nodes of one speech (same `key`, the
-        speech id) share one reply. Without a key the active reply is reused."""
+        speech id) share one reply, open or closed. Without a key the active reply is reused. A speech
+        already interrupted gets a closed reply (`reply.closed`): its nodes must produce nothing."""
         existing = self._by_key.get(key) if key else self.reply
-        if existing is not None and not existing.done and existing.interruption is None:
+        if existing is not None and (key or not existing.closed):
             return existing
-        cur = self.collector.current
-        turn = cur if cur is not None and not cur.finished and not cur.has("llm_request") else None
-        reply = Reply(reply_id=uuid.uuid4().hex[:12], turn=turn)
+        speech = self._speeches.get(key) if key else None
+        if speech is not None and (speech.interrupted_at is not None or speech.is_interrupted()):
+            return self._closed_reply(key, speech)  # type: ignore[arg-type]
+        turn = speech.turn if speech is not None else self._answerable_turn()
+        if turn is not None and (turn.finished or turn.has("llm_request")):
+            turn = None
+        reply = Reply(reply_id=uuid.uuid4().hex[:12], turn=turn, speech_key=key)
         self.reply = reply
         self._replies[reply.reply_id] = reply
         if key:
@@ -165,6 +272,20 @@ class DuplexController:
         if self.state == State.LISTENING and turn is not None:
             self.transition(State.THINKING, "reply started")
         return reply
+
+    def frame_allowed(self, reply_id: str) -> bool:
+        """May a frame of this reply be captured now? Reads the speech's live `interrupted` flag, so a
+        frame that races the interruption's notification is dropped (and the cascade runs now)."""
+        reply = self._replies.get(reply_id)
+        if reply is None:
+            return True
+        if reply.interruption is not None:
+            return False
+        speech = self._speeches.get(reply.speech_key) if reply.speech_key else None
+        if speech is not None and speech.is_interrupted():
+            self.on_speech_interrupted(speech.key)
+            return False
+        return True
 
     def reply_by_key(self, key: str) -> Reply | None:
         return self._by_key.get(key)

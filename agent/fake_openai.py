@@ -9,9 +9,11 @@ reply scripted for the matching transcript streams word by word (`max_tokens` / 
 caps it with `finish_reason: "length"`; `continue_final_message` resumes a capped reply after the
 partial assistant message, as vLLM does).
 
-Latencies and faults are scripted: `stt_latency_s`, `llm_ttft_s`, `token_interval_s`, and per-endpoint
+Latencies and faults are scripted: `stt_latency_s`, `llm_ttft_s`, `token_interval_s` (or per-token
+`token_delays_s`), and per-endpoint
 faults `slow` (sleeps `slow_s` first), `500`, `malformed` (broken JSON / SSE). `POST /_admin/script`
-changes them at run time. Every request body is kept in `requests` for tests.
+changes them at run time. Every request body is kept in `requests` for tests. A client closing an SSE
+stream mid-reply (the agent's barge-in cancel) is normal: counted in `streams_dropped`, logged at DEBUG.
 
 CLI: `python -m agent.fake_openai --port N [--host H] [--stt-latency-ms MS] [--llm-ttft-ms MS]`.
 """
@@ -26,6 +28,7 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +60,7 @@ class Script:
     stt_latency_s: float = 0.05
     llm_ttft_s: float = 0.05
     token_interval_s: float = 0.01
+    token_delays_s: list[float] = field(default_factory=list)  # per-token gaps (cycled); empty: token_interval_s
     stt_fault: str | None = None
     llm_fault: str | None = None
     slow_s: float = 30.0
@@ -85,6 +89,9 @@ class FakeOpenAIServer:
         self.requests: list[dict[str, Any]] = []
         self.stt_calls = 0
         self.llm_calls = 0
+        self.streams_dropped = 0  # SSE streams the client closed mid-reply (a cancel; logged at DEBUG)
+        # called with "stt_request" / "llm_request" / "llm_token" (each token written) on the server's loop
+        self.observer: Callable[[str], None] | None = None
         self._runner: web.AppRunner | None = None
         self.port = 0
         self.host = "127.0.0.1"
@@ -151,6 +158,8 @@ class FakeOpenAIServer:
         script = self.script
         index = self.stt_calls
         self.stt_calls += 1
+        if self.observer is not None:
+            self.observer("stt_request")
         if script.stt_fault == "slow":
             await asyncio.sleep(script.slow_s)
         if script.stt_fault == "500":
@@ -173,6 +182,8 @@ class FakeOpenAIServer:
     async def _llm(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
         script = self.script
         self.llm_calls += 1
+        if self.observer is not None:
+            self.observer("llm_request")
         if script.llm_fault == "slow":
             await asyncio.sleep(script.slow_s)
         if script.llm_fault == "500":
@@ -197,18 +208,33 @@ class FakeOpenAIServer:
             await resp.write(b'data: {"id": "x", "choices": [{"delta": {"content": "Hel\n\n')
             await resp.write(b"data: [DONE]\n\n")
             return resp
+        try:
+            await self._stream_tokens(resp, rid, body, tokens, finish)
+        except ConnectionError:
+            # the client dropped the stream mid-reply: what the agent's barge-in cancel does, so it is normal
+            # (not an ERROR: runs count ERROR lines). aiohttp's ClientConnectionResetError is a ConnectionError.
+            self.streams_dropped += 1
+            logger.debug("client closed the stream %s mid-reply", rid)
+        return resp
+
+    async def _stream_tokens(
+        self, resp: web.StreamResponse, rid: str, body: dict[str, Any], tokens: list[str], finish: str
+    ) -> None:
+        script = self.script
         await resp.write(_sse(_chunk(rid, body["model"], {"role": "assistant", "content": ""})))
         for i, token in enumerate(tokens):
             if i:
-                await asyncio.sleep(script.token_interval_s)
+                delays = script.token_delays_s
+                await asyncio.sleep(delays[(i - 1) % len(delays)] if delays else script.token_interval_s)
             await resp.write(_sse(_chunk(rid, body["model"], {"content": token})))
+            if self.observer is not None:
+                self.observer("llm_token")
         await resp.write(_sse(_chunk(rid, body["model"], {}, finish=finish)))
         if (body.get("stream_options") or {}).get("include_usage"):
             usage = {"prompt_tokens": 10, "completion_tokens": len(tokens), "total_tokens": 10 + len(tokens)}
             await resp.write(_sse({"id": rid, "object": "chat.completion.chunk", "created": int(time.time()),
                                    "model": body["model"], "choices": [], "usage": usage}))
         await resp.write(b"data: [DONE]\n\n")
-        return resp
 
 
 def _find_audio(messages: list[Any]) -> bytes | None:

@@ -97,10 +97,17 @@ class RtcAudioOutput(io.AudioOutput):
         self.source.clear_queue()
         return time.perf_counter()
 
+    def _allowed(self, reply_id: str) -> bool:
+        """The reply's gate is open: not silenced, and its speech not interrupted (the controller reads the
+        speech's own flag, so a frame racing the interruption's notification is dropped too)."""
+        if reply_id in self._silenced:
+            return False
+        return self.controller is None or not reply_id or self.controller.frame_allowed(reply_id)
+
     # -- framework side ----------------------------------------------------------------------
     async def capture_frame(self, frame: rtc.AudioFrame) -> None:
         reply_id = str(frame.userdata.get("reply_id", ""))
-        if reply_id in self._silenced:
+        if not self._allowed(reply_id):
             self.frames_dropped += 1
             return
         await super().capture_frame(frame)
@@ -111,7 +118,7 @@ class RtcAudioOutput(io.AudioOutput):
             self.on_playback_started(created_at=time.time())
         if not self._resumed.is_set():
             await self._resumed.wait()
-            if reply_id in self._silenced:
+            if not self._allowed(reply_id):
                 self.frames_dropped += 1
                 return
         t_start = time.perf_counter()

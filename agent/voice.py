@@ -10,10 +10,16 @@ AudioSource), OmniSTT, the vLLM LLM (+ continuation LLM), QwenTTS over the engin
   the turn id), so the call stays responsive and the framework's error counter resets.
 - `tts_node` yields QwenTTS's exact 20 ms frames tagged with the reply id; marks `tts_first_text`
   and `tts_first_packet`; the producer task is registered for the cascade.
-Barge-in: each speech handle's interrupt future (set by the framework's VAD interruption) triggers
-`DuplexController.interrupt` for that speech's reply on the next loop tick. We read the private
-`_interrupt_fut` / `_SpeechHandleContextVar` because 1.8.9 exposes no public hook for "this speech was
-interrupted" or "which speech runs this node"; both are guarded and fall back to public state.
+Barge-in: every speech is registered with the DuplexController in the `speech_created` handler,
+before any of its nodes runs, with the public `SpeechHandle.interrupted` flag (read before every frame)
+and `SpeechHandle.add_done_callback` (the speech's end closes whatever its reply still holds). So an
+interruption at any instant, 0 ms after the speech was created included, reaches the controller: a node
+of an interrupted speech gets a closed reply and produces nothing. Two private reads remain, both in
+`_speech_of_node` / `_interrupt_signal` below, because 1.8.9 has no public equivalent: which speech runs
+this node (`_SpeechHandleContextVar`; `session.current_speech` is still the previous speech while the
+LLM node starts) and the moment of the interrupt decision (`_interrupt_fut`, so the cascade and its
+cancel->silence stamp happen then rather than when the reply task next wakes). Both are guarded: without
+them the public flag and done callback still end every reply correctly.
 
 Session options (docs/agent.md explains each): turn detection "vad", interruption mode "vad" with
 `INTERRUPT_MIN_SPEECH_S`, `resume_false_interruption` from config (off by default), preemptive generation
@@ -54,7 +60,9 @@ from agent.tts import QwenTTS, SynthesisHooks
 logger = logging.getLogger("agent.voice")
 
 
-def _current_speech_id(agent: Agent) -> str | None:
+# -- the only reads of LiveKit 1.8.9 private state (see the module docstring for why) ------------
+def _speech_of_node(agent: Agent) -> str | None:
+    """The id of the speech whose task runs the calling node."""
     try:
         from livekit.agents.voice.agent_activity import _SpeechHandleContextVar
 
@@ -67,6 +75,12 @@ def _current_speech_id(agent: Agent) -> str | None:
         except RuntimeError:
             handle = None
     return handle.id if handle is not None else None
+
+
+def _interrupt_signal(handle: Any) -> asyncio.Future[None] | None:
+    """The future the framework resolves the moment it interrupts `handle` (None if it is gone)."""
+    fut = getattr(handle, "_interrupt_fut", None)
+    return fut if isinstance(fut, asyncio.Future) else None
 
 
 GIL_SWITCH_INTERVAL_S = 0.0005
@@ -143,7 +157,9 @@ class VoiceAgent(Agent):
         self, chat_ctx: llm.ChatContext, tools: list[llm.Tool], model_settings: ModelSettings
     ) -> AsyncIterator[llm.ChatChunk | str]:
         call = self.call
-        reply = call.controller.begin_reply(_current_speech_id(self))
+        reply = call.controller.begin_reply(_speech_of_node(self))
+        if reply.closed:
+            return  # the speech was interrupted before this node started
         turn = reply.turn
         if turn is not None:
             turn.mark("llm_request")
@@ -177,7 +193,9 @@ class VoiceAgent(Agent):
         self, text: AsyncIterable[str], model_settings: ModelSettings
     ) -> AsyncIterator[rtc.AudioFrame]:
         call = self.call
-        reply = call.controller.begin_reply(_current_speech_id(self))
+        reply = call.controller.begin_reply(_speech_of_node(self))
+        if reply.closed:
+            return  # interrupted before this node started: not one frame
         turn = reply.turn
 
         def on_segment(segment: str) -> None:
@@ -265,16 +283,15 @@ class Call:
 
     # -- wiring ------------------------------------------------------------------------------
     def _on_speech_created(self, ev: Any) -> None:
+        """Runs before any node of the speech (registered first, so before user handlers that may
+        interrupt it): the controller knows the speech, its live interrupted flag and its end."""
         handle = ev.speech_handle
-        fut = getattr(handle, "_interrupt_fut", None)
-        if isinstance(fut, asyncio.Future):
-
-            def on_interrupt(_: asyncio.Future[None], speech_id: str = handle.id) -> None:
-                reply = self.controller.reply_by_key(speech_id)
-                if reply is not None:
-                    self.controller.interrupt(source="vad", reply=reply)
-
-            fut.add_done_callback(on_interrupt)
+        controller = self.controller
+        controller.on_speech_created(handle.id, is_interrupted=lambda: bool(handle.interrupted))
+        handle.add_done_callback(lambda h: controller.on_speech_done(h.id, interrupted=bool(h.interrupted)))
+        fut = _interrupt_signal(handle)
+        if fut is not None:
+            fut.add_done_callback(lambda _f, key=handle.id: controller.on_speech_interrupted(key))
 
     def _stt_request(self, t: float) -> None:
         self.controller.on_stt_request(t)

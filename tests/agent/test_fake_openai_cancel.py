@@ -1,0 +1,33 @@
+"""The vLLM stand-in treats a client that drops its stream mid-reply (what a barge-in cancel does) as normal:
+no ERROR record anywhere (the stress run counts ERROR lines), the drop is counted, and the server keeps serving."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import aiohttp
+import pytest
+
+from agent.fake_openai import FakeOpenAIServer, Script
+
+
+async def test_client_disconnect_mid_stream_is_not_an_error(caplog: pytest.LogCaptureFixture) -> None:
+    script = Script(replies=["one two three four five six seven eight nine ten"] * 4,
+                    llm_ttft_s=0.0, token_interval_s=0.02)
+    body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    with caplog.at_level(logging.DEBUG):
+        async with FakeOpenAIServer(script) as server:
+            async with aiohttp.ClientSession() as client:
+                for _ in range(3):
+                    resp = await client.post(f"{server.base_url}/chat/completions", json=body)
+                    assert resp.status == 200
+                    await resp.content.readline()  # the first SSE line arrived: the reply is streaming
+                    resp.close()  # the agent's cancel: drop the connection mid-reply
+                    await asyncio.sleep(0.1)  # the server's next write meets the closed socket
+                async with client.post(f"{server.base_url}/chat/completions", json=body) as resp:
+                    text = await resp.text()
+            assert "data: [DONE]" in text  # still serving
+            assert server.streams_dropped == 3
+    errors = [f"{r.name}: {r.getMessage()}" for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == []
