@@ -6,6 +6,7 @@ Routes:
   limit -> 429 with Retry-After; any other method -> 405 JSON.
 - `GET /api/config` -> what the page needs before joining: LiveKit URL, agent name, the agent's VAD hangover.
 - `GET /healthz` -> {"status": "ok", "livekit_client": bool}.
+- `GET /openapi.json` -> the OpenAPI document of all of this (openapi.py, one dict per route).
 - `GET /vendor/<file>` -> the pinned livekit-client build; `GET /<path>` -> files of web/ (see static.py).
 
 CORS: a request whose Origin is neither this server nor listed in ALLOWED_ORIGINS gets 403 on /api/*; listed
@@ -51,6 +52,7 @@ def create_app(config: ServerConfig, *, limiter: RateLimiter | None = None) -> w
     app.router.add_get("/api/config", handle_config)
     app.router.add_route("OPTIONS", "/api/{name:token|config}", handle_preflight)
     app.router.add_get("/healthz", handle_health)
+    app.router.add_get("/openapi.json", handle_openapi)
     app.router.add_get("/vendor/{name}", handle_vendor)
     # the page route leaves /api/ alone, so a wrong method there is a 405 and an unknown endpoint a 404
     app.router.add_get(r"/{path:(?!api/).*}", handle_page)
@@ -85,11 +87,16 @@ async def handle_token(request: web.Request) -> web.Response:
         )
     raw = await request.read()
     try:
-        body = json.loads(raw.decode("utf-8")) if raw.strip() else {}
+        # empty means {}; only JSON's own whitespace counts (bytes.strip() would also eat \f and \v)
+        body = json.loads(raw.decode("utf-8")) if raw.strip(b" \t\r\n") else {}
     except UnicodeDecodeError:
         return json_error(400, "body is not UTF-8 text", "body")
     except json.JSONDecodeError as exc:
         return json_error(400, f"body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", "body")
+    except RecursionError:
+        return json_error(400, "body is not valid JSON: nested too deeply", "body")
+    except ValueError as exc:  # e.g. a number with more digits than Python converts
+        return json_error(400, f"body is not valid JSON: {exc}", "body")
     try:
         minted = mint_token(config, parse_token_request(body))
     except RequestError as exc:
@@ -145,6 +152,12 @@ async def handle_health(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok", "livekit_client": installed})
 
 
+async def handle_openapi(request: web.Request) -> web.Response:
+    from token_server.openapi import document
+
+    return web.json_response(document())
+
+
 async def handle_vendor(request: web.Request) -> web.StreamResponse:
     path = resolve_vendor_file(request.app[CONFIG_KEY].web_dir, request.match_info["name"])
     if path is None:
@@ -190,9 +203,11 @@ async def _errors_as_json(request: web.Request, handler: Handler) -> web.StreamR
     except web.HTTPNotFound:
         if request.path.startswith("/api/"):
             return json_error(404, f"no API endpoint {request.path}", "path")
-        raise
-    except web.HTTPException:
-        raise
+        return json_error(404, f"not found: {request.path}", "path")
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return json_error(exc.status, exc.text or exc.reason, "request")
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
         return json_error(500, "internal error (see the server log)", "server")

@@ -71,6 +71,30 @@ def input_error(exc: TTSInputError) -> web.Response:
     return error_response(str(exc), exc.field, 413 if isinstance(exc, TextTooLongError) else 400)
 
 
+def parse_json_body(raw: bytes) -> Any:
+    """The decoded JSON body (None when empty), or ClientError(field "body"): bad UTF-8 or JSON, nesting too deep
+    for the parser, a number with more digits than Python converts."""
+    try:
+        return json.loads(raw.decode("utf-8")) if raw else None
+    except RecursionError:
+        raise ClientError("body is not valid JSON: nested too deeply", "body") from None
+    except ValueError as exc:  # UnicodeDecodeError, JSONDecodeError, int digit limit
+        raise ClientError(f"body is not valid JSON: {exc}", "body") from None
+
+
+def check_encodable(field: str, value: Any) -> None:
+    """A string field must be valid Unicode: JSON can carry a lone UTF-16 surrogate ("\\ud800") that no encoder
+    (the tokenizer included) accepts."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ClientError(
+                f"{field} holds a lone UTF-16 surrogate {value[exc.start]!r} at index {exc.start}; send valid Unicode",
+                field,
+            ) from None
+
+
 @web.middleware
 async def _errors_as_json(request: web.Request, handler: Any) -> web.StreamResponse:
     """One error shape for the whole server: aiohttp's own 404/405/413/400 become {"error", "field"} too."""
@@ -87,7 +111,12 @@ async def _errors_as_json(request: web.Request, handler: Any) -> web.StreamRespo
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        return error_response(exc.text or exc.reason, None, exc.status)
+        return error_response(" ".join((exc.text or exc.reason).split()), None, exc.status)
+    except ClientError as exc:
+        return error_response(str(exc), exc.field, exc.status)
+    except Exception:  # a bug, not the client's mistake: still the one JSON shape, and the server keeps serving
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return error_response("internal error (see the server log)", None, 500)
 
 
 class _EngineCollector:
@@ -163,10 +192,7 @@ class TTSServer:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
             raise ClientError("request body is larger than 1 MiB", "body", 413) from None
-        try:
-            body = json.loads(raw.decode("utf-8")) if raw else None
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ClientError(f"body is not valid JSON: {exc}", "body") from None
+        body = parse_json_body(raw)
         if not isinstance(body, dict):
             raise ClientError(
                 f"body must be a JSON object with fields {', '.join(REQUEST_FIELDS)}; got {type(body).__name__}",
@@ -181,6 +207,8 @@ class TTSServer:
         instruct = body.get("instruct")
         if instruct is not None and not isinstance(instruct, str):
             raise ClientError("instruct must be a string", "instruct")
+        for key, value in body.items():
+            check_encodable(key, value)
         return body
 
     def _request_id(self, request: web.Request) -> str:
@@ -359,9 +387,10 @@ class TTSServer:
         from tts_engine.server_openapi import document
 
         engine = self.engine
-        return web.json_response(
-            document(speakers=engine.speakers, languages=engine.languages, max_text_chars=engine.config.max_text_chars)
-        )
+        return web.json_response(document(
+            speakers=engine.speakers, languages=engine.languages, max_text_chars=engine.config.max_text_chars,
+            supports_instruct=engine.model.config.supports_instruct,
+        ))
 
     async def metrics(self, request: web.Request) -> web.Response:
         payload = generate_latest(self.registry)

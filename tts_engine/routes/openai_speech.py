@@ -42,6 +42,11 @@ STREAM_FORMATS = ("audio", "sse")
 _ENGINE_FIELDS = {"text": "input", "speaker": "voice", "instruct": "instructions"}
 
 
+def _or_default(value: Any, default: str) -> Any:
+    """null and "" mean the default; any other value is checked as given (0 or false is not a format)."""
+    return default if value is None or value == "" else value
+
+
 class SpeechError(Exception):
     def __init__(self, message: str, param: str | None, status: int = 400, code: str | None = None) -> None:
         super().__init__(message)
@@ -71,7 +76,7 @@ class OpenAISpeech:
             raise SpeechError("request body is larger than 1 MiB", "body", 413) from None
         try:
             body = json.loads(raw.decode("utf-8")) if raw else None
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:  # bad UTF-8/JSON, too deeply nested, too many digits
             raise SpeechError(f"body is not valid JSON: {exc}", "body") from None
         if not isinstance(body, dict):
             raise SpeechError(f"body must be a JSON object with fields {', '.join(FIELDS)}", "body")
@@ -81,6 +86,9 @@ class OpenAISpeech:
         for key in ("model", "input", "voice"):
             if key not in body:
                 raise SpeechError(f"field {key!r} is required", key)
+        for key, value in body.items():  # JSON can carry a lone surrogate ("\ud800") that no encoder accepts
+            if isinstance(value, str) and any("\ud800" <= ch <= "\udfff" for ch in value):
+                raise SpeechError(f"{key} holds a lone UTF-16 surrogate; send valid Unicode", key)
         model = body["model"]
         if not isinstance(model, str) or not model.strip():
             raise SpeechError(f"model={model!r} is not allowed; give a model name (a non-empty string)", "model")
@@ -90,12 +98,12 @@ class OpenAISpeech:
         voices = self.engine.speakers
         if not isinstance(voice, str) or voice.strip().lower() not in voices:
             raise SpeechError(f"voice={voice!r} is not allowed; allowed values: {', '.join(sorted(voices))}", "voice")
-        fmt = body.get("response_format") or "mp3"
-        if fmt not in FORMATS:
+        fmt = _or_default(body.get("response_format"), "mp3")
+        if not isinstance(fmt, str) or fmt not in FORMATS:  # a list or object is not a format (nor hashable)
             raise SpeechError(f"response_format={fmt!r} is not allowed; allowed values: {', '.join(FORMATS)}",
                               "response_format")
-        stream_format = body.get("stream_format") or "audio"
-        if stream_format not in STREAM_FORMATS:
+        stream_format = _or_default(body.get("stream_format"), "audio")
+        if not isinstance(stream_format, str) or stream_format not in STREAM_FORMATS:
             raise SpeechError(f"stream_format={stream_format!r} is not allowed; allowed values: "
                               f"{', '.join(STREAM_FORMATS)}", "stream_format")
         speed = body.get("speed", 1.0)
@@ -109,7 +117,7 @@ class OpenAISpeech:
         if instructions and instructions.strip() and not self.engine.model.config.supports_instruct:
             raise SpeechError("instructions are not supported by the loaded checkpoint (only the 1.7B CustomVoice "
                               "takes them); leave instructions out", "instructions")
-        language = body.get("language") or "auto"
+        language = _or_default(body.get("language"), "auto")  # the engine refuses a non-string
         return {"input": body["input"], "voice": voice.strip().lower(), "format": fmt, "stream_format": stream_format,
                 "instructions": instructions.strip() if instructions and instructions.strip() else None,
                 "language": language, "model": model}

@@ -79,9 +79,13 @@ class TextWebSocket:
                           current: _Utterance | None) -> _Utterance | None:
         try:
             msg = json.loads(raw)
-        except json.JSONDecodeError as exc:
+        except (ValueError, RecursionError) as exc:  # bad JSON, too deeply nested, too many digits
             await self._error(ws, f"message is not valid JSON: {exc}", "body")
             return current
+        for key, value in msg.items() if isinstance(msg, dict) else ():
+            if isinstance(value, str) and any("\ud800" <= ch <= "\udfff" for ch in value):
+                await self._error(ws, f"{key} holds a lone UTF-16 surrogate; send valid Unicode", key)
+                return current
         kind = msg.get("type") if isinstance(msg, dict) else None
         if kind not in TYPES:
             await self._error(ws, f"type={kind!r} is not allowed; allowed values: {', '.join(TYPES)}", "type")
@@ -131,7 +135,7 @@ class TextWebSocket:
         request_id = self.server._request_id(request)  # noqa: SLF001 - same package
         try:
             stream = self.engine.open_text_stream(
-                msg["speaker"], msg.get("language") or "auto", instruct=instruct, request_id=request_id,
+                msg["speaker"], msg.get("language"), instruct=instruct, request_id=request_id,
                 packet_frames=msg.get("packet_frames"), first_packet_frames=msg.get("first_packet_frames"),
                 seed=msg.get("seed"), max_frames=msg.get("max_frames"),
             )
