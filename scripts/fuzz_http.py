@@ -151,7 +151,7 @@ class Fuzzer:
         self.statuses: Counter[str] = Counter()
         self.failures: list[dict[str, Any]] = []
         self.counts: Counter[str] = Counter()
-        self.hangs = self.server_errors = self.done = 0
+        self.hangs = self.server_errors = self.done = self.warm_at = self.rss_after_warmup = 0
 
     def session(self) -> requests.Session:
         if not hasattr(self.local, "session"):
@@ -166,6 +166,8 @@ class Fuzzer:
                 self.done += 1
                 self.failures.append({"mode": item[0], "request": "?", "status": "harness",
                                       "problem": f"{type(exc).__name__}: {exc}"[:600], "body": ""})
+        if self.done == self.warm_at:  # the RSS baseline: after the first 10 % of the requests
+            self.rss_after_warmup = self.served.rss_kib()
 
     def _send(self, item: tuple[str, Any]) -> None:
         from schemathesis import checks
@@ -248,14 +250,12 @@ def fuzz(served: Served, budget: int, workers: int, seed: int) -> dict[str, Any]
     generated_s = time.monotonic() - t0
     fuzzer = Fuzzer(served, expected_statuses(served.base))
     rss: dict[str, int] = {"start_kib": served.rss_kib()}
-    warm_at = max(1, len(cases) // 10)
+    fuzzer.warm_at = max(1, len(cases) // 10)
     peak = [rss["start_kib"]]
 
     def sample() -> None:
         while not stop.is_set():
             peak[0] = max(peak[0], served.rss_kib())
-            if fuzzer.done >= warm_at and "after_warmup_kib" not in rss:
-                rss["after_warmup_kib"] = served.rss_kib()
             stop.wait(0.5)
 
     stop = threading.Event()
@@ -269,8 +269,8 @@ def fuzz(served: Served, budget: int, workers: int, seed: int) -> dict[str, Any]
     sampler.join()
     after = after_checks(served)
     rss["end_kib"] = served.rss_kib()
-    rss["peak_kib"] = peak[0]
-    rss.setdefault("after_warmup_kib", rss["end_kib"])
+    rss["peak_kib"] = max(peak[0], rss["end_kib"])
+    rss["after_warmup_kib"] = fuzzer.rss_after_warmup
     growth = rss["end_kib"] / rss["after_warmup_kib"] - 1.0
     return {
         "surface": served.name, "requests": fuzzer.done, "by_mode": dict(fuzzer.counts),
