@@ -200,7 +200,8 @@ def _compare(path: Path, config_path: Path, present: Shapes, config: dict[str, A
              build: Callable[[dict[str, Any]], Shapes], keys: list[tuple[str, ...]], diag: Diagnosis) -> None:
     for key in keys:
         value = _lookup(config, key)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        integral = isinstance(value, int | float) and not isinstance(value, bool) and float(value).is_integer()
+        if value is not None and not (integral and value >= 1):  # 1024.0 parses as 1024, as in the loaders
             diag.problems.append(f"{config_path}: {'.'.join(key)} = {value!r} is not allowed; give a positive integer")
             return
     try:
