@@ -66,6 +66,7 @@ from tts_engine.runtime.stream import (
     StreamOverflowError,
     StreamRequest,
 )
+from tts_engine.runtime.text_feed import TextFeed, TokenTextStream
 
 __all__ = ["Engine", "EngineClosedError", "Packet", "StreamHandle", "StreamMetrics", "StreamOverflowError"]
 
@@ -252,13 +253,24 @@ class Engine:
         return self._start(text, rid, instruct, options, reserve=True)
 
     def open_text_stream(self, speaker: str, language: str = "auto", *, instruct: str | None = None,
-                         request_id: str | None = None, **options: Any) -> ChainedStream:
+                         request_id: str | None = None, layout: str = "segments",
+                         **options: Any) -> ChainedStream | TokenTextStream:
         """A stream whose text arrives in pieces: `push(text)` as it comes, `close()` at its end; iterate the handle
-        for audio. Options as `stream()`. Text is cut into segments as it arrives (runtime/chained.py); while none
-        is ready the stream takes no GPU step. Pushed text counts against TTS_DEEP_STREAM_MAX_TEXT_CHARS."""
+        for audio. Options as `stream()`. layout "segments": cut into segments as it arrives, each spoken whole
+        (runtime/chained.py); "tokens": the model's streaming-text layout, one text token joins each frame step
+        (runtime/text_feed.py, text_rows.py). Either way a stream whose text runs dry takes no GPU step. Pushed
+        text counts against TTS_DEEP_STREAM_MAX_TEXT_CHARS."""
+        if layout not in ("segments", "tokens"):
+            raise TTSInputError(f"layout={layout!r} is not allowed; allowed values: segments, tokens", field="layout")
         checked = self._check_call(None, speaker, language, **options)
         checked.pop("text")
-        return self._open_chain(SegmentSource(), 0, request_id or uuid.uuid4().hex[:16], instruct, checked)
+        rid = request_id or uuid.uuid4().hex[:16]
+        if layout == "segments":
+            return self._open_chain(SegmentSource(), 0, rid, instruct, checked)
+        feed = TextFeed(self.model.tokenizer)
+        handle = self._start("", rid, instruct, checked, reserve=True, text_feed=feed)
+        return TokenTextStream(handle, feed, lambda: self.scheduler.submit(handle._channel),  # noqa: SLF001
+                               self.scheduler.wake, self.config.max_text_chars, self._fitter.stream_tokens(instruct))
 
     def _check_call(self, text: object, speaker: object, language: object, *, packet_frames: object = None,
                     first_packet_frames: object = None, seed: object = None,
@@ -287,19 +299,20 @@ class Engine:
         return chain
 
     def _start(self, text: str, request_id: str, instruct: str | None, options: dict[str, Any],
-               *, reserve: bool) -> StreamHandle:
+               *, reserve: bool, text_feed: TextFeed | None = None) -> StreamHandle:
         metrics = StreamMetrics(request_id, len(text), options["speaker"], options["language"])
         request = StreamRequest(
             text=text, speaker=options["speaker"], language=options["language"], instruct=instruct,
             params=self._sampling_params(options["seed"]), metrics=metrics, max_frames=options["max_frames"],
             first_packet_frames=options["first_packet_frames"] or self.config.first_packet_frames,
-            packet_frames=options["packet_frames"] or self.config.packet_frames,
+            packet_frames=options["packet_frames"] or self.config.packet_frames, text_feed=text_feed,
         )
         channel = StreamChannel(request, asyncio.get_running_loop(), self.max_buffered_frames)
         if reserve:
             self._reserve(channel)
         self.counters.add("streams_started")
-        self.scheduler.submit(channel)
+        if text_feed is None:  # a streaming-text stream is submitted once its first token is known
+            self.scheduler.submit(channel)
         return StreamHandle(channel, self._release)
 
     def _reserve(self, key: object) -> None:

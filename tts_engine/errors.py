@@ -43,6 +43,11 @@ class TextTooLongError(TTSInputError):
         self.length, self.limit = length, limit
 
 
+class TextFeedFull(TTSInputError):
+    """A piece pushed into a streaming-text stream would take it past the text tokens its KV positions can speak;
+    the piece was not taken and the stream is intact (close it, and speak the rest as another stream)."""
+
+
 class CheckpointError(ValueError):
     """A checkpoint directory that is missing, incomplete or of the wrong shape. Names the file."""
 

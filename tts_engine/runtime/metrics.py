@@ -117,6 +117,7 @@ class EngineCounters:
         "worker_errors",
         "admissions_deferred",  # steps before which waiting streams stayed waiting (running streams had no slack)
         "slot_moves",  # compaction moves (a finished stream's slot taken by the highest running one)
+        "text_waits",  # streaming-text streams parked because their next text token had not arrived
     )
 
     def __init__(self) -> None:

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tts_engine.errors import TTSInputError
+from tts_engine.errors import EmptyTextError, TTSInputError
 from tts_engine.runtime.admission import AdmissionPolicy, Playout, capacity_from_costs
 from tts_engine.runtime.costs import StepCosts
 from tts_engine.runtime.frame_step import FrameStepper, StepOutput
@@ -42,6 +42,7 @@ from tts_engine.runtime.metrics import EngineCounters
 from tts_engine.runtime.packetizer import SAMPLES_PER_FRAME, Packetizer
 from tts_engine.runtime.step_graphs import StepGraphs
 from tts_engine.runtime.stream import EngineClosedError, Packet, StreamChannel, StreamOverflowError
+from tts_engine.runtime.text_rows import TextRows
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,7 @@ class _Call:
 
 
 _STOP = object()
+_WAKE = object()  # text arrived for a streaming-text stream (runtime/text_rows.py)
 
 
 class Scheduler:
@@ -108,6 +110,7 @@ class Scheduler:
         self.policy = policy or AdmissionPolicy()
         self.capacity = max_slots  # streams running at once; measure_costs() sets the measured figure
         self.costs = StepCosts(self.stepper.graphs.rows_for)
+        self.text_rows = TextRows(self)  # streaming-text streams: text row per step, parking while text runs dry
 
     # ---- public, any thread -------------------------------------------------------------------
     def start(self) -> None:
@@ -121,6 +124,10 @@ class Scheduler:
         item = _Call(fn)
         self._inbox.put(item)
         return item.future
+
+    def wake(self) -> None:
+        """Text arrived for a streaming-text stream: let a sleeping worker look at its parked streams."""
+        self._inbox.put(_WAKE)
 
     def close(self, timeout: float = 10.0) -> None:
         self._inbox.put(_STOP)
@@ -152,11 +159,14 @@ class Scheduler:
         try:
             with torch.no_grad():  # no_grad, not inference_mode: CUDA-graph capture needs plain tensors
                 while not self._stopping:
-                    self._drain_inbox(block=not self._slots and not self._pending)
+                    self._drain_inbox(block=not self._slots and not self._pending and not self.text_rows.any_ready())
                     if self._stopping:
                         break
                     self._drop_cancelled()
+                    self.text_rows.drop_cancelled()
+                    self.text_rows.unpark_ready()
                     self._admit_pending()
+                    self.text_rows.step_ready()
                     if self._slots:
                         self._advance()
         except BaseException as exc:  # noqa: BLE001 - a dead worker must never leave consumers hanging
@@ -175,6 +185,8 @@ class Scheduler:
             if item is _STOP:
                 self._stopping = True
                 return
+            if item is _WAKE:
+                continue
             if isinstance(item, _Call):
                 if item.future.set_running_or_notify_cancel():
                     try:
@@ -192,7 +204,7 @@ class Scheduler:
     def _admit_pending(self) -> None:
         while self._pending and self._pending[0].cancel_requested:
             self._finish_unadmitted(self._pending.popleft(), "cancelled", None)
-        room = min(self.capacity, self.max_slots) - len(self._slots)
+        room = min(min(self.capacity, self.max_slots) - len(self._slots), self.text_rows.slot_room())
         if not self._pending or room <= 0:
             return
         fixed, each = self.costs.admit_ms()
@@ -220,8 +232,15 @@ class Scheduler:
         for channel in channels:
             req = channel.request
             try:
-                prompt = self.codegen.prepare(req.text, req.speaker, req.language, req.instruct,
-                                              max_frames=req.max_frames)
+                if req.text_feed is not None:  # streaming text: the prompt holds its first token only
+                    first = req.text_feed.ids_from(0)[:1]
+                    if not first:
+                        raise EmptyTextError()
+                    prompt = self.codegen.prepare_streaming(first[0], req.speaker, req.language, req.instruct,
+                                                            max_frames=req.max_frames)
+                else:
+                    prompt = self.codegen.prepare(req.text, req.speaker, req.language, req.instruct,
+                                                  max_frames=req.max_frames)
             except TTSInputError as exc:
                 self.counters.add("input_errors")
                 self._finish_unadmitted(channel, "error", exc)
@@ -233,7 +252,7 @@ class Scheduler:
             prepared.append((channel, prompt))
         if not prepared:
             return 0
-        free = sorted(set(range(self.max_slots)) - self._slots.keys())[: len(prepared)]
+        free = self.text_rows.claim(len(prepared))  # n..n+k-1 (parked streams moved out of the way)
         try:
             self.codegen.admit_many(free, [p for _, p in prepared], [c.request.params for c, _ in prepared])
             for slot in free:
@@ -253,6 +272,7 @@ class Scheduler:
             metrics.status = "running"
             self._slots[slot] = _Slot(channel, Packetizer(req.first_packet_frames, req.packet_frames),
                                       metrics.max_frames)
+            self.text_rows.admitted(slot, channel, prompt)
         return len(prepared)
 
     def _compact(self) -> None:
@@ -350,6 +370,7 @@ class Scheduler:
         self._complete(channel, reason, error)
 
     def _complete(self, channel: StreamChannel, reason: str, error: BaseException | None) -> None:
+        self.text_rows.ended(channel)
         metrics = channel.request.metrics
         metrics.t_done = time.perf_counter()
         metrics.end_reason = reason
@@ -381,6 +402,7 @@ class Scheduler:
             error = EngineClosedError(f"the TTS engine worker failed: {self.fatal_error}")
         for slot in list(self._slots):
             self._end(slot, "error", error)
+        self.text_rows.shutdown(error)
         while self._pending:
             self._finish_unadmitted(self._pending.popleft(), "error", error)
         while True:

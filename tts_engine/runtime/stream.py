@@ -59,6 +59,8 @@ class StreamRequest:
     metrics: StreamMetrics
     max_frames: int | None = None  # explicit frame cap (benchmarks, tests); None = the text-length cap
     codes: list[np.ndarray] = field(default_factory=list)  # valid frames' codes [16], for dumps / gates
+    text_feed: Any = None  # runtime.text_feed.TextFeed: streaming-text layout, text pushed as it comes
+    text_track: Any = None  # runtime.text_rows.TextTrack while the worker runs it
 
 
 class _End:

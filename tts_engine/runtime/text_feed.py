@@ -26,7 +26,9 @@ from typing import Any
 
 import torch
 
-from tts_engine.errors import EmptyTextError
+from tts_engine.errors import EmptyTextError, TextFeedFull, TTSInputError
+
+__all__ = ["IncrementalTokens", "TextFeed", "TextFeedFull", "TokenTextStream", "generate_codes_streaming"]
 
 
 class IncrementalTokens:
@@ -59,6 +61,12 @@ class IncrementalTokens:
         self.text = self.text.rstrip()
         return self._commit(len(self.text))
 
+    def snapshot(self) -> tuple[str, list[int], int, bool]:
+        return self.text, list(self.ids), self._final_chars, self.closed
+
+    def restore(self, state: tuple[str, list[int], int, bool]) -> None:
+        self.text, self.ids, self._final_chars, self.closed = state[0], list(state[1]), state[2], state[3]
+
     def _commit(self, cut: int) -> list[int]:
         if cut <= self._final_chars:
             return []
@@ -82,10 +90,19 @@ class TextFeed:
         self.chars = 0
         self.on_change: Any = None  # set by the engine: wakes the worker when text arrives
 
-    def push(self, piece: str) -> None:
+    def push(self, piece: str, max_ids: int | None = None) -> None:
+        """Add a piece; with `max_ids`, a piece that would make more final tokens than that is refused whole
+        (TextFeedFull) before the worker can see any of its tokens."""
         with self._lock:
+            saved = self._tokens.snapshot()
+            new = self._tokens.push(piece)
+            if max_ids is not None and len(self._ids) + len(new) > max_ids:
+                self._tokens.restore(saved)
+                raise TextFeedFull(
+                    f"text is too long for one streaming-text stream: at most {max_ids} tokens fit its KV positions "
+                    "(TTS_DEEP_STREAM_MAX_POSITIONS); close it and speak the rest as another stream", field="text")
             self.chars += len(piece)
-            self._ids.extend(self._tokens.push(piece))
+            self._ids.extend(new)
         self._changed()
 
     def close(self) -> None:
@@ -171,3 +188,83 @@ def generate_codes_streaming(model: Any, pieces: Iterable[str], speaker: str, la
     if not frames:
         return torch.zeros((0, model.config.num_code_groups), dtype=torch.long, device=model.device)
     return torch.stack(frames)
+
+
+class TokenTextStream:
+    """A streaming-text-layout stream whose text is pushed as it comes (Engine.open_text_stream(layout="tokens")).
+
+    `push(text)` / `close()` feed the text track; iterate for `Packet`s. The engine stream is submitted once the
+    first token is final (or at close), so the prefill already holds t_0. `cancel()` / `aclose()` / `async with`
+    stop it (the worker is woken, so a parked stream frees its slot at once). A piece past the per-request
+    character cap raises TextTooLongError, one past what the stream's KV positions can speak raises TextFeedFull
+    (field "text", naming TTS_DEEP_STREAM_MAX_POSITIONS); either way the piece is not taken and the stream goes on
+    (close it to have the text so far spoken).
+    """
+
+    def __init__(self, handle: Any, feed: TextFeed, submit: Any, wake: Any, max_chars: int, max_tokens: int) -> None:
+        self._handle, self._feed, self._submit, self._wake = handle, feed, submit, wake
+        self._max_chars, self._max_tokens = max_chars, max_tokens
+        self._submitted = False
+        self.on_end: Any = None  # called once when the stream has ended (any reason), e.g. load accounting
+        self.metrics = handle.metrics
+        self.request_id = handle.request_id
+        feed.on_change = wake
+
+    def push(self, text: str) -> None:
+        from tts_engine.errors import TextTooLongError
+
+        if self._feed.closed:
+            raise RuntimeError("push() after close(): the text of this stream is complete")
+        if not isinstance(text, str):
+            raise TTSInputError(f"text must be a string, got {type(text).__name__}", field="text")
+        if self._feed.chars + len(text) > self._max_chars:
+            raise TextTooLongError(self._feed.chars + len(text), self._max_chars)
+        self._feed.push(text, max_ids=self._max_tokens)
+        self.metrics.text_chars = self._feed.chars
+        if not self._submitted and self._feed.n_ids > 0:
+            self._submitted = True
+            self._submit()
+
+    def close(self) -> None:
+        if self._feed.closed:
+            return
+        self._feed.close()
+        if not self._submitted:
+            self._submitted = True
+            self._submit()
+
+    def __aiter__(self) -> TokenTextStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self._handle.__anext__()
+        except BaseException:
+            self._ended()
+            raise
+
+    def _ended(self) -> None:
+        on_end, self.on_end = self.on_end, None
+        if on_end is not None:
+            on_end()
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+        self._wake()
+        self._ended()
+
+    async def aclose(self) -> None:
+        self.cancel()
+
+    async def __aenter__(self) -> TokenTextStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.cancel()
+
+    @property
+    def finished(self) -> bool:
+        return self._handle.finished
+
+    def codes(self) -> Any:
+        return self._handle.codes()
