@@ -2,8 +2,9 @@
 
 Contract: `await RtcCaller.join(token_server_url, room, wav)` gets a token from the token server (so the
 room's agent dispatch is the one the page gets), connects, publishes the WAV in real time (looped, 10 ms
-frames) and records what the agent does: `agent_identity` once an agent joined, `agent_left` when it
-left, the loudest agent audio level seen (`agent_peak`), and the transcripts. `aclose()` disconnects.
+frames) and records what the agent does: `agent_identity` once an agent joined, `agent_track` once its
+audio track is subscribed, its `agent_state` (`lk.agent.state`), `agent_left` when it left, the loudest
+agent audio level seen (`agent_peak`), and the transcripts. `aclose()` disconnects.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ class RtcCaller:
         self.agent_identity: str | None = None
         self.agent_left = asyncio.Event()
         self.agent_joined = asyncio.Event()
+        self.agent_track = asyncio.Event()
+        self.agent_state = ""
         self.agent_peak = 0.0
         self.transcripts: list[tuple[str, str]] = []
         with wave.open(str(wav)) as w:
@@ -61,6 +64,7 @@ class RtcCaller:
     def _see(self, participant: rtc.RemoteParticipant) -> None:
         if participant.kind == rtc.ParticipantKind.PARTICIPANT_KIND_AGENT and self.agent_identity is None:
             self.agent_identity = participant.identity
+            self.agent_state = participant.attributes.get("lk.agent.state", "")
             self.agent_joined.set()
 
     def _wire(self) -> None:
@@ -78,7 +82,13 @@ class RtcCaller:
         @room.on("track_subscribed")
         def _track(track: rtc.Track, _pub: rtc.RemoteTrackPublication, p: rtc.RemoteParticipant) -> None:
             if track.kind == rtc.TrackKind.KIND_AUDIO and p.identity == self.agent_identity:
+                self.agent_track.set()
                 self._spawn(self._listen(track))
+
+        @room.on("participant_attributes_changed")
+        def _attributes(changed: dict[str, str], p: rtc.Participant) -> None:
+            if p.identity == self.agent_identity and "lk.agent.state" in changed:
+                self.agent_state = changed["lk.agent.state"]
 
         async def _text(reader: rtc.TextStreamReader, identity: str) -> None:
             self.transcripts.append((identity, await reader.read_all()))
@@ -104,9 +114,14 @@ class RtcCaller:
         await self.room.disconnect()
 
 
-def worker_jobs(health_port: int) -> int:
-    """Active jobs of the worker whose health server listens on `health_port` (LiveKit Agents' GET /worker)."""
+def worker_info(health_port: int) -> dict:
+    """LiveKit Agents' GET /worker of the worker whose health server listens on `health_port`
+    (`active_jobs`, `worker_load`: the load it last reported to the LiveKit server)."""
     import urllib.request
 
     with urllib.request.urlopen(f"http://127.0.0.1:{health_port}/worker", timeout=3) as resp:  # noqa: S310
-        return int(json.loads(resp.read()).get("active_jobs", 0))
+        return json.loads(resp.read())
+
+
+def worker_jobs(health_port: int) -> int:
+    return int(worker_info(health_port).get("active_jobs", 0))
