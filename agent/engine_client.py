@@ -6,6 +6,9 @@ host), closing it early cancels the synthesis; `active_streams` / `capacity` fee
 
 - `LocalBackend` wraps the one `Engine` of this process (shared by all THREAD-executor sessions; the
   engine itself is thread-safe and batches streams). It is the only place the agent touches the engine.
+  `open_text_stream(speaker=, language=)` opens one engine stream whose text is pushed as the LLM produces it
+  (the model's streaming-text layout, `Engine.open_text_stream(layout="tokens")`): `push(text)`, `close()`,
+  async iteration of packets, `aclose()`. Only the local backend has it (QwenTTS falls back to segments).
 - `RemoteBackend` speaks the server's HTTP API: POST `<TTS_ENGINE_URL>/tts/stream` with JSON
   `{text, speaker, language}` -> chunked raw s16le 24 kHz PCM. A packet is whatever whole samples one
   read returned; `t_ready` is when those bytes arrived. 4xx answers become `RemoteTTSError` with the
@@ -96,6 +99,24 @@ class LocalBackend:
         finally:
             with self._count_lock:
                 self._active -= 1
+
+    def open_text_stream(self, *, speaker: str, language: str) -> Any:
+        """One streaming-text engine stream (see the module doc). With `max_frames_per_segment` (simulations on
+        random weights) it is capped at 3x that, about what the segments of a short reply get together."""
+        options = {"max_frames": 3 * self.max_frames_per_segment} if self.max_frames_per_segment else {}
+        stream = self.engine.open_text_stream(speaker, language, layout="tokens", **options)
+        with self._count_lock:
+            self._active += 1
+        counted = [True]
+
+        def done() -> None:
+            if counted[0]:
+                counted[0] = False
+                with self._count_lock:
+                    self._active -= 1
+
+        stream.on_end = done
+        return stream
 
     async def aclose(self) -> None:
         return None  # the engine outlives sessions; the worker process owns it

@@ -13,7 +13,10 @@ returns a `CallResult` with per-turn `TurnResult`s, the frame log and the trace 
   turns, errors, trace_complete (fraction of turns with all nine points, non-decreasing),
   frame_ms {min,max}, tts_first_to_publish_ms {p50,p95}, cancel_to_silence_ms {p50,p95},
   stale_frames_after_cancel (frames of an interrupted reply captured after its audio_silenced, counted
-  from the frame log, independently of the output's gate), e2e_ms {p50,p95}, plus context fields.
+  from the frame log, independently of the output's gate), e2e_ms {p50,p95}, llm_first_token_to_publish_ms
+  {p50,p95} (LLM first token -> first agent frame published), plus context fields.
+`--tts-text-input segments|tokens` picks the TTS text path (agent/tts.py) with the same scripted LLM timings, so
+the two can be compared; `--token-interval-ms` / `--llm-ttft-ms` set those timings.
 With `barge_in`, the user's next utterance starts `barge_in_delay_s` after the agent's first frame on
 every other turn, so about half the replies are cut by real VAD-detected speech.
 """
@@ -346,6 +349,10 @@ def summarize(result: CallResult, *, expected_turns: int) -> dict[str, Any]:
         "cancel_to_silence_ms": _pct([i["cancel_to_silence_ms"] for i in result.interruptions]),
         "stale_frames_after_cancel": sum(i["stale_frames_after_cancel"] for i in result.interruptions),
         "e2e_ms": _pct([t["segments_ms"]["e2e"] for t in traces if "e2e" in t["segments_ms"]]),
+        "llm_first_token_to_publish_ms": _pct([
+            (t["points"]["first_frame_published"] - t["points"]["llm_first_token"]) * 1000.0 for t in traces
+            if "first_frame_published" in t["points"] and "llm_first_token" in t["points"]
+        ]),
         "interruptions": len(result.interruptions),
         "frames_published": len(result.frames),
         "illegal_transitions": result.illegal_transitions,
@@ -395,6 +402,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="cap codec frames per TTS segment (random weights rarely emit EOS); 0 = no cap",
     )
     parser.add_argument("--barge-in-delay-ms", type=float, default=300.0)
+    parser.add_argument("--tts-text-input", choices=("segments", "tokens"), default=None,
+                        help="TTS text path (default: TTS_TEXT_INPUT, else segments)")
+    parser.add_argument("--token-interval-ms", type=float, default=5.0, help="scripted LLM time per token (5)")
+    parser.add_argument("--llm-ttft-ms", type=float, default=30.0, help="scripted LLM time to first token (30)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -407,13 +418,16 @@ def run(args: argparse.Namespace) -> int:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     cfg = dataclasses.replace(AgentConfig.from_env(), aec_warmup_s=0.0, resume_false_interruption=False)
+    if args.tts_text_input:
+        cfg = dataclasses.replace(cfg, tts_text_input=args.tts_text_input)
     try:
         backend, engine = load_backend(args, out)
     except CheckpointError as exc:  # the checkpoint doctor's one line (Engine.load runs it first), no traceback
         print(f"[simulate] {exc}", file=sys.stderr)
         return 2
     opts = SimOptions(turns=args.turns, barge_in=args.barge_in, barge_in_delay_s=args.barge_in_delay_ms / 1000,
-                      config=cfg, speech_cache=out / "speech")
+                      config=cfg, speech_cache=out / "speech", token_interval_s=args.token_interval_ms / 1000,
+                      llm_ttft_s=args.llm_ttft_ms / 1000)
     try:
         vad = load_vad(cfg)
         tune_runtime()
@@ -422,6 +436,8 @@ def run(args: argparse.Namespace) -> int:
         if engine is not None:
             engine.close()
     summary = summarize(result, expected_turns=args.turns)
+    summary["tts_text_input"] = cfg.tts_text_input
+    summary["llm_timing_ms"] = {"ttft": args.llm_ttft_ms, "per_token": args.token_interval_ms}
     with (out / "traces.jsonl").open("w", encoding="utf-8") as fh:
         for rec in result.traces:
             fh.write(json.dumps(rec, ensure_ascii=False) + "\n")

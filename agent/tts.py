@@ -9,6 +9,15 @@ Two ways in, one synthesis core (`_synthesize_segments`):
 - `stream()` / `synthesize()` are the framework's plugin interface (AudioEmitter protocol: initialize,
   `_mark_started`, start_segment, push, flush, end_segment), for code that uses the TTS directly.
 
+Two text paths, chosen by `text_input` (AgentConfig.tts_text_input, TTS_TEXT_INPUT):
+- "segments" (default): the TextBridge cuts the LLM text into segments (a short starter, then clauses and
+  sentences), each spoken by its own engine stream (`_synthesize_segments`).
+- "tokens": the LLM text goes into ONE engine stream per reply as it arrives (`_synthesize_tokens`), in the model's
+  streaming-text layout (one text token joins each codec frame step), so the first audio needs only the first
+  couple of tokens and no punctuation. Past what one stream's KV positions can speak, the stream is closed and the
+  rest of the reply goes through the segment path after it. Backends without `open_text_stream` (the remote one)
+  use segments.
+
 Pipelining: a producer task runs the bridge's segments through the engine one after another into an
 unbounded frame queue, so segment N+1 is synthesised while segment N plays (no gap between
 segments). Cancellation: cancelling the producer (the DuplexController does on barge-in, the
@@ -91,6 +100,7 @@ class QwenTTS(tts.TTS):
         language: str = "auto",
         frame_ms: int = 20,
         bridge_options: BridgeOptions | None = None,
+        text_input: str = "segments",
     ) -> None:
         super().__init__(
             capabilities=tts.TTSCapabilities(streaming=True, aligned_transcript=False),
@@ -105,6 +115,9 @@ class QwenTTS(tts.TTS):
         self.frame_ms = frame_ms
         self.samples_per_frame = SAMPLE_RATE * frame_ms // 1000
         self.bridge_options = bridge_options or BridgeOptions()
+        if text_input not in ("segments", "tokens"):
+            raise ValueError(f"text_input={text_input!r} is not allowed; allowed values: segments, tokens")
+        self.text_input = text_input if hasattr(backend, "open_text_stream") else "segments"
 
     @property
     def model(self) -> str:
@@ -146,6 +159,74 @@ class QwenTTS(tts.TTS):
             for frame in cutter.flush(t_last):
                 emit(frame)
 
+    async def _synthesize(self, text: AsyncIterable[str], emit: Callable[[rtc.AudioFrame], None], *,
+                          reply_id: str, hooks: SynthesisHooks) -> None:
+        """The reply's text, by the configured path."""
+        if self.text_input == "tokens":
+            await self._synthesize_tokens(text, emit, reply_id=reply_id, hooks=hooks)
+        else:
+            await self._synthesize_segments(self._segments(text), emit, reply_id=reply_id, hooks=hooks)
+
+    async def _synthesize_tokens(self, text: AsyncIterable[str], emit: Callable[[rtc.AudioFrame], None], *,
+                                 reply_id: str, hooks: SynthesisHooks) -> None:
+        """LLM text pushed into one streaming-text engine stream as it arrives; packets out as they exist."""
+        from tts_engine.errors import TextFeedFull
+
+        stream = self.backend.open_text_stream(speaker=self.speaker, language=self.language)  # type: ignore[attr-defined]
+        rest: list[str] = []  # text past what the stream can speak: the segment path takes it afterwards
+
+        pushed: list[str] = []
+
+        async def feed() -> None:
+            first = True
+            try:
+                async for chunk in text:
+                    if rest:
+                        rest.append(chunk)
+                        continue
+                    if first and chunk.strip():
+                        first = False
+                        if hooks.on_first_text:
+                            hooks.on_first_text(time.perf_counter())
+                    try:
+                        stream.push(chunk)
+                    except TextFeedFull:
+                        rest.append(chunk)
+                        stream.close()
+                        continue
+                    pushed.append(chunk)
+            finally:
+                stream.close()
+                if pushed and hooks.on_segment:  # one engine stream = one segment in the trace
+                    hooks.on_segment("".join(pushed))
+
+        feeder = asyncio.create_task(feed(), name=f"tts-text-feed-{reply_id}")
+        cutter = FrameCutter(self.samples_per_frame, reply_id)
+        t_last = time.perf_counter()
+        try:
+            first_packet = True
+            async for packet in stream:
+                if first_packet:
+                    first_packet = False
+                    if hooks.on_first_packet:
+                        hooks.on_first_packet(packet.t_ready)
+                t_last = packet.t_ready
+                for frame in cutter.push(packet.pcm, packet.t_ready):
+                    emit(frame)
+            for frame in cutter.flush(t_last):
+                emit(frame)
+            await feeder  # the reply's text is complete (and surfaces an LLM-side exception)
+        finally:
+            await stream.aclose()  # stops the engine's work for this reply now (barge-in)
+            await utils.aio.cancel_and_wait(feeder)
+        if rest:
+            async def remaining() -> AsyncIterator[str]:
+                for chunk in rest:
+                    yield chunk
+
+            later = SynthesisHooks(on_segment=hooks.on_segment, on_task=hooks.on_task, on_error=hooks.on_error)
+            await self._synthesize_segments(self._segments(remaining()), emit, reply_id=reply_id, hooks=later)
+
     async def _segments(self, text: AsyncIterable[str]) -> AsyncIterator[str]:
         """TextBridge over a text stream, read in its own task so synthesis never waits on the LLM."""
         queue: asyncio.Queue[str | None] = asyncio.Queue()
@@ -177,7 +258,7 @@ class QwenTTS(tts.TTS):
 
         async def produce() -> None:
             try:
-                await self._synthesize_segments(self._segments(text), queue.put_nowait, reply_id=reply_id, hooks=hooks)
+                await self._synthesize(text, queue.put_nowait, reply_id=reply_id, hooks=hooks)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # logged once by the hook owner (with the turn id)
@@ -252,11 +333,8 @@ class _QwenSynthesizeStream(tts.SynthesizeStream):
 
         hooks = SynthesisHooks(on_first_text=lambda _t: self._mark_started())
         try:
-            await self._qwen._synthesize_segments(
-                self._qwen._segments(text()),
-                lambda f: output_emitter.push(bytes(f.data)),
-                reply_id="stream",
-                hooks=hooks,
+            await self._qwen._synthesize(
+                text(), lambda f: output_emitter.push(bytes(f.data)), reply_id="stream", hooks=hooks
             )
         except (ValueError, RuntimeError, OSError) as exc:
             raise APIError(f"TTS failed: {exc}", retryable=False) from exc

@@ -250,7 +250,8 @@ class Call:
             self.stt = WhisperSTT(observer=stt_observer)
         self.llm = build_llm(cfg)
         self.llm_continuation = build_llm(cfg, continuation=True) if cfg.enable_continuation else None
-        self.tts = QwenTTS(backend, speaker=cfg.tts_speaker, language=cfg.tts_language, frame_ms=cfg.tts_frame_ms)
+        self.tts = QwenTTS(backend, speaker=cfg.tts_speaker, language=cfg.tts_language, frame_ms=cfg.tts_frame_ms,
+                           text_input=cfg.tts_text_input)
         self.agent = VoiceAgent(self)
         warmup = cfg.aec_warmup_s if aec_warmup_s is None else aec_warmup_s
         retry = dict(max_retry=cfg.api_max_retry, retry_interval=0.3)

@@ -48,6 +48,7 @@ KNOWN_TTS_VARIABLES = (
     "TTS_ENGINE_URL",
     "TTS_SPEAKER",
     "TTS_LANGUAGE",
+    "TTS_TEXT_INPUT",
     # read by `python -m tts_engine serve` and the launch scripts (scripts/run_tts_server.sh, start_all.sh)
     "TTS_HOST",
     "TTS_PORT",
