@@ -102,6 +102,28 @@ def test_results_schema_and_markdown(tmp_path: Path) -> None:
     assert "h100.json" in md and "faster-qwen3-tts chunk1" in md and "x4.0" in md
 
 
+def test_results_markdown_tabulates_load_results_beside_batch_one(tmp_path: Path) -> None:
+    """`bench load` writes <gpu>_load.json into the same folder: RESULTS.md gets one row per level for it (it has
+    no `ours`/`peer` keys, which the batch-1 tables need), and a run's progress file is left out."""
+    result = merge_results(device="NVIDIA H100 80GB HBM3", torch_version="2.11.0", preset="0.6b", command="cmd",
+                           ours=_part(0.07, 20.0), eager=_part(0.6, 80.0), peer=None)
+    (tmp_path / "h100.json").write_text(json.dumps(result))
+    level = {"concurrency": 256, "client_buffer_ms": 100.0, "streams": 256, "ran": 256, "refused": 0,
+             "first_audio_ms": {"p50": 60.7, "p95": 111.2, "p99": 124.6}, "rtf": {"p50": 0.65, "p95": 0.67},
+             "buffer_0ms": {"viability": 1.0, "late_streams": 0, "worst_lateness_ms": 0.0},
+             "buffer_100ms": {"viability": 1.0, "late_streams": 0, "worst_lateness_ms": 0.0}, "audio_s_per_s": 302.7}
+    load = {"device": "NVIDIA H100 80GB HBM3", "date": "2026-11-24", "torch": "2.11.0", "preset": "0.6b",
+            "command": "python -m tts_engine bench load", "frames": 100, "slots": 512, "capacity": 320,
+            "levels": [level]}
+    (tmp_path / "h100_load.json").write_text(json.dumps(load))
+    (tmp_path / "h100_load.partial.json").write_text(json.dumps({**load, "levels": [{**level, "concurrency": 7}]}))
+    md = render_results_md(tmp_path)
+    assert "## h100_load.json: NVIDIA H100 80GB HBM3, preset 0.6b, 2026-11-24 (bench load)" in md
+    assert "| 256 | 100.0 | 60.7 | 111.2 | 124.6 | 0.65 | 0.67 | 1.0 | 1.0 | 0 | 0.0 | 302.7 | 0 |" in md
+    assert "capacity 320" in md and "h100.json" in md
+    assert "partial" not in md and "| 7 |" not in md
+
+
 def test_stream_measurement_splits_ttfa_into_admission_and_first_step(make_engine: Any,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """The streaming measurement's code path on a tiny CPU engine (no timing asserted): TTFA = admission + first

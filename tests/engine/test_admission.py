@@ -49,6 +49,28 @@ def test_the_least_slack_decides_how_many_start() -> None:
     assert policy.allowed(0.0, [fresh], 30.0, 1.0, 2.0, waiting=3) == 3
 
 
+def test_admissions_that_push_the_step_into_a_larger_bucket_count_its_cost() -> None:
+    # the step of the running rows takes 30 ms; 5 or more admissions cross into a bucket whose step takes 40 ms
+    policy = AdmissionPolicy(max_per_step=8, guard_ms=5.0)
+    tight = Playout(t_first=0.0, emitted_s=0.08, steps_to_packet=1)  # due at 80 ms
+    roomy = Playout(t_first=0.0, emitted_s=1.0, steps_to_packet=1)
+
+    def step(k: int) -> float:
+        return 30.0 if k <= 4 else 40.0
+
+    # a fixed 30 ms estimate admits 7 (see above); with 7 the step is 40 ms and the tight stream would be late:
+    # 80 - 30 - 40 - 5 - 1 - 7 * 2 < 0. k = 4 keeps the 30 ms step: 80 - 30 - 30 - 5 - 1 - 8 = 6 >= 0
+    assert policy.allowed(0.030, [roomy, tight], 30.0, 1.0, 2.0, waiting=10) == 7
+    assert policy.allowed(0.030, [roomy, tight], step, 1.0, 2.0, waiting=10) == 4
+    # with room for the larger bucket too, the bound is the per-step cap again
+    assert policy.allowed(0.030, [roomy], step, 1.0, 2.0, waiting=10) == 8
+    # a stream two steps from its next packet pays the larger step twice
+    two = Playout(t_first=0.0, emitted_s=0.16, steps_to_packet=2)  # due at 160 ms
+    # k = 8: 160 - 30 - 80 - 5 - 1 - 16 = 28 >= 0 -> 8; with a 60 ms larger bucket: 160 - 30 - 120 < 0 -> k <= 4
+    assert policy.allowed(0.030, [two], step, 1.0, 2.0, waiting=10) == 8
+    assert policy.allowed(0.030, [two], lambda k: 30.0 if k <= 4 else 60.0, 1.0, 2.0, waiting=10) == 4
+
+
 def test_a_declared_client_buffer_is_slack_that_admissions_may_use() -> None:
     tight = Playout(t_first=0.0, emitted_s=0.08, steps_to_packet=1)  # due at 80 ms for a listener with no buffer
     assert tight.slack_ms(0.043, 30.0, client_buffer_ms=100.0) == pytest.approx(80.0 - 43.0 - 30.0 + 100.0)

@@ -145,30 +145,38 @@ def run_mode(args: argparse.Namespace, model_dir: str) -> dict[str, Any]:
 
 def write_load_results(result: dict[str, Any], results_dir: Path, plot: str = "") -> Path:
     """<gpu>_load[_preset].json + .md beside it + the PNG; returns the JSON path."""
-    from tts_engine.bench.load import LEVEL_COLUMNS, level_row
-
     name = device_slug(result["device"]) + "_load" + ("" if result["preset"] == "0.6b" else f"_{result['preset']}")
     path = write_json(results_dir / f"{name}.json", result)
-    lines = [f"# {result['device']}, preset {result['preset']}, {result['date']}", "",
-             f"`{result['command']}` (torch {result['torch']}, {result['frames']} frames per stream, "
-             f"{result['slots']} slots)", ""]
-    if result.get("levels"):
-        lines += ["| " + " | ".join(LEVEL_COLUMNS) + " |", "|" + "---|" * len(LEVEL_COLUMNS)]
-        for s in result["levels"]:
-            row = level_row(s)
-            lines.append("| " + " | ".join("-" if row[c] is None else str(row[c]) for c in LEVEL_COLUMNS) + " |")
-    if result.get("peer"):
-        peer = result["peer"]
-        lines += ["", f"Peer {peer['name']} {peer['version']} (one process per concurrent request, "
-                  f"chunk {peer['levels'][0]['chunk']}):", "",
-                  "| " + " | ".join(LEVEL_COLUMNS) + " |", "|" + "---|" * len(LEVEL_COLUMNS)]
-        for s in peer["levels"]:
-            row = level_row(s)
-            lines.append("| " + " | ".join("-" if row[c] is None else str(row[c]) for c in LEVEL_COLUMNS) + " |")
+    lines = [f"# {result['device']}, preset {result['preset']}, {result['date']}", "", *load_markdown(result)]
     (results_dir / f"{name}.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     if result.get("levels"):
         plot_levels(result, Path(plot) if plot else results_dir / f"{name}.png")
     return path
+
+
+def load_markdown(result: dict[str, Any]) -> list[str]:
+    """The command line and one table row per level (and the peer's levels, if measured): the .md beside a load
+    result and its section of RESULTS.md (bench/cli.render_results_md)."""
+    from tts_engine.bench.load import LEVEL_COLUMNS, level_row
+
+    lines = [f"`{result['command']}` (torch {result['torch']}, {result['frames']} frames per stream, "
+             f"{result['slots']} slots" + (f", capacity {result['capacity']}" if result.get("capacity") else "")
+             + ")", ""]
+
+    def table(levels: list[dict[str, Any]]) -> list[str]:
+        rows = ["| " + " | ".join(LEVEL_COLUMNS) + " |", "|" + "---|" * len(LEVEL_COLUMNS)]
+        for s in levels:
+            row = level_row(s)
+            rows.append("| " + " | ".join("-" if row[c] is None else str(row[c]) for c in LEVEL_COLUMNS) + " |")
+        return rows
+
+    if result.get("levels"):
+        lines += table(result["levels"])
+    if result.get("peer"):
+        peer = result["peer"]
+        lines += ["", f"Peer {peer['name']} {peer['version']} (one process per concurrent request, "
+                  f"chunk {peer['levels'][0]['chunk']}):", "", *table(peer["levels"])]
+    return lines
 
 
 def plot_levels(result: dict[str, Any], out: Path) -> None:
@@ -190,7 +198,8 @@ def plot_levels(result: dict[str, Any], out: Path) -> None:
         for key in sorted(k for k in levels[0] if k.startswith("buffer_")):
             ax2.plot(n, [100.0 * s[key]["viability"] for s in levels], marker="o", label=f"B = {key[7:]}{tag}")
     ax1.set_xlabel("concurrent streams")
-    ax1.set_ylabel("ms")
+    ax1.set_ylabel("ms (log scale)")
+    ax1.set_yscale("log")  # tens of ms up to capacity, seconds of queueing past it
     ax1.set_title("first audio")
     ax1.legend(fontsize=7)
     ax1.grid(alpha=0.3)

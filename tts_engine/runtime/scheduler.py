@@ -208,8 +208,10 @@ class Scheduler:
         if not self._pending or room <= 0:
             return
         fixed, each = self.costs.admit_ms()
+        running = len(self._slots)
+        # k admissions make the next step run running + k rows, maybe in a larger (slower) bucket
         allowed = self.policy.allowed(time.perf_counter(), (s.playout() for s in self._slots.values()),
-                                      self.costs.step_ms(len(self._slots) + 1), fixed, each,
+                                      lambda k: self.costs.step_ms(running + k), fixed, each,
                                       min(room, len(self._pending)))
         if allowed == 0:
             self.counters.add("admissions_deferred")
