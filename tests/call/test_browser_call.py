@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from agent.callbench.browser import BrowserCall
+from agent.callbench.measure import match_barge_ins
 from agent.callbench.stack import LocalStack
 from agent.tracing import POINTS
 
@@ -69,20 +70,21 @@ def test_browser_call_agent_hears_and_answers(stack: LocalStack, question_wav: P
 def test_barge_in_from_the_browser_silences_the_agent(stack: LocalStack, interrupting_wav: Path) -> None:
     with BrowserCall(stack.page_url, interrupting_wav) as call:
         call.join("browser-barge-in")
-        # the WAV's next loop speaks while the agent is still answering: the agent must go quiet at the browser
-        call.wait_for("() => window.voiceCall.log.some((r) => r.type === 'barge_in')", 90)
-        snap = call.snapshot()
+        # the WAV's next loop speaks while the agent is still answering: the agent must go quiet at the browser,
+        # after its own barge-in decision (traced on the same host, same wall clock)
+        deadline = time.monotonic() + 120
+        matched: list[dict] = []
+        while not matched and time.monotonic() < deadline:
+            time.sleep(2.0)
+            snap = call.snapshot()
+            records = [r for r in stack.traces() if r["session_id"].startswith("browser-barge-in-")]
+            matched = match_barge_ins(snap["log"], records)
         call.leave()
         problems = list(call.problems)
 
-    barge = next(r for r in snap["log"] if r["type"] == "barge_in")
-    assert snap["summary"]["ignoredBargeIns"] == 0, snap["log"]
-    records = wait_traces(stack, "browser-barge-in", lambda rs: any(r["interruptions"] for r in rs))
+    assert matched, (snap["log"], records)
+    first = matched[0]
+    assert 0 <= first["decision_to_silence_ms"] < 1000, first
     irq = next(i for r in records for i in r["interruptions"])
     assert irq["audio_silenced"] is not None and irq["stale_frames_after_cancel"] == 0, irq
-    # measured at the browser, against the agent's own decision time (same host, same wall clock)
-    rec = next(r for r in records if r["interruptions"])
-    decided_ms = (rec["wall_t0"] + irq["interrupt_detected"]) * 1000.0
-    silence_after_decision = barge["silentAtMs"] - decided_ms
-    assert -50 < silence_after_decision < 1000, (barge, rec)
     assert problems == [], problems

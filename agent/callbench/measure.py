@@ -1,0 +1,75 @@
+"""Line up what the browser measured with what the agent traced (same host, same wall clock).
+
+Contract
+- `match_turns(log, traces)`: for each browser "turn" record (user end of speech -> first agent audio heard,
+  Unix ms), the trace whose t0 (`vad_speech_end`) lies closest after the browser's end of speech (within
+  5 s), and the breakdown: model times (STT, LLM first token, TTS first packet), the VAD hangover, and the
+  remainder = browser response - model times (what transport and framework add).
+- `match_barge_ins(log, traces)`: for each browser "barge_in" record, the agent's interruption decided
+  after the user started talking and before the browser heard silence; `decision_to_silence_ms` is what
+  the cancel path plus transport took, as heard.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _seg(points: dict[str, float], a: str, b: str) -> float | None:
+    if a in points and b in points:
+        return (points[b] - points[a]) * 1000.0
+    return None
+
+
+def match_turns(log: list[dict], traces: list[dict], *, hangover_ms: float) -> list[dict[str, Any]]:
+    out = []
+    complete = [t for t in traces if t.get("complete")]
+    for rec in (r for r in log if r.get("type") == "turn" and "userEndAtMs" in r):
+        best = None
+        for t in complete:
+            lag = t["wall_t0"] * 1000.0 - rec["userEndAtMs"]
+            if -1000.0 <= lag <= 5000.0 and (best is None or abs(lag) < abs(best[0])):
+                best = (lag, t)
+        if best is None:
+            continue
+        lag, trace = best
+        p = trace["points"]
+        stt, llm, tts = _seg(p, "stt_request", "stt_done"), _seg(p, "llm_request", "llm_first_token"), _seg(
+            p, "tts_first_text", "tts_first_packet"
+        )
+        models = sum(x for x in (stt, llm, tts) if x is not None)
+        published_ms = (trace["wall_t0"] + p["first_frame_published"]) * 1000.0
+        out.append({
+            "turn_id": trace["turn_id"],
+            "response_ms": rec["responseMs"],  # browser: end of speech (with hangover) -> first agent audio heard
+            "voice_to_voice_ms": rec["turnGapMs"],  # browser: last voiced sound -> first agent audio heard
+            "vad_hangover_ms": hangover_ms,
+            "vad_end_lag_ms": lag,  # the agent's VAD end of turn, after the browser's (hangover included on both)
+            "stt_ms": stt,
+            "llm_ttft_ms": llm,
+            "tts_first_packet_ms": tts,
+            "server_e2e_ms": _seg(p, "vad_speech_end", "first_frame_published"),
+            "publish_to_heard_ms": rec["agentStartAtMs"] - published_ms,
+            "overhead_ms": rec["responseMs"] - models,  # transport + framework: neither a model nor the hangover
+        })  # fmt: skip
+    return out
+
+
+def match_barge_ins(log: list[dict], traces: list[dict]) -> list[dict[str, Any]]:
+    decisions = [
+        (trace["wall_t0"] + irq["interrupt_detected"]) * 1000.0
+        for trace in traces
+        for irq in trace.get("interruptions", [])
+    ]
+    out = []
+    for rec in (r for r in log if r.get("type") == "barge_in" and "silentAtMs" in r):
+        inside = [d for d in decisions if rec["userStartAtMs"] <= d <= rec["silentAtMs"]]
+        if not inside:
+            continue
+        decision = max(inside)
+        out.append({
+            "onset_to_silence_ms": rec["silentAtMs"] - rec["userStartAtMs"],
+            "onset_to_decision_ms": decision - rec["userStartAtMs"],
+            "decision_to_silence_ms": rec["silentAtMs"] - decision,
+        })  # fmt: skip
+    return out
