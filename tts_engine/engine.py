@@ -66,7 +66,8 @@ from tts_engine.runtime.stream import (
     StreamOverflowError,
     StreamRequest,
 )
-from tts_engine.runtime.text_feed import TextFeed, TokenTextStream
+from tts_engine.runtime.text_feed import TextFeed
+from tts_engine.text_streams import TextStreams
 
 __all__ = ["Engine", "EngineClosedError", "Packet", "StreamHandle", "StreamMetrics", "StreamOverflowError"]
 
@@ -86,7 +87,7 @@ def _check_int(name: str, value: object, lo: int, hi: int) -> None:
         raise TTSInputError(f"{name}={value!r} is not allowed; give an integer {lo}..{hi}", field=name)
 
 
-class Engine:
+class Engine(TextStreams):
     """Loads a checkpoint once and serves many concurrent streams from one worker thread."""
 
     def __init__(self, model: Any, config: EngineConfig) -> None:
@@ -252,26 +253,6 @@ class Engine:
             return self._open_chain(SegmentSource(pieces, closed=True), len(text), rid, instruct, options)
         return self._start(text, rid, instruct, options, reserve=True)
 
-    def open_text_stream(self, speaker: str, language: str = "auto", *, instruct: str | None = None,
-                         request_id: str | None = None, layout: str = "segments",
-                         **options: Any) -> ChainedStream | TokenTextStream:
-        """A stream whose text arrives in pieces: `push(text)` as it comes, `close()` at its end; iterate the handle
-        for audio. Options as `stream()`. layout "segments": cut into segments as it arrives, each spoken whole
-        (runtime/chained.py); "tokens": the model's streaming-text layout, one text token joins each frame step
-        (runtime/text_feed.py, text_rows.py). Either way a stream whose text runs dry takes no GPU step. Pushed
-        text counts against TTS_DEEP_STREAM_MAX_TEXT_CHARS."""
-        if layout not in ("segments", "tokens"):
-            raise TTSInputError(f"layout={layout!r} is not allowed; allowed values: segments, tokens", field="layout")
-        checked = self._check_call(None, speaker, language, **options)
-        checked.pop("text")
-        rid = request_id or uuid.uuid4().hex[:16]
-        if layout == "segments":
-            return self._open_chain(SegmentSource(), 0, rid, instruct, checked)
-        feed = TextFeed(self.model.tokenizer)
-        handle = self._start("", rid, instruct, checked, reserve=True, text_feed=feed)
-        return TokenTextStream(handle, feed, lambda: self.scheduler.submit(handle._channel),  # noqa: SLF001
-                               self.scheduler.wake, self.config.max_text_chars, self._fitter.stream_tokens(instruct))
-
     def _check_call(self, text: object, speaker: object, language: object, *, packet_frames: object = None,
                     first_packet_frames: object = None, seed: object = None,
                     max_frames: object = None) -> dict[str, Any]:
@@ -288,15 +269,6 @@ class Engine:
             raise
         return {"text": checked, "speaker": speaker, "language": language, "packet_frames": packet_frames,
                 "first_packet_frames": first_packet_frames, "seed": seed, "max_frames": max_frames}
-
-    def _open_chain(self, source: SegmentSource, chars: int, request_id: str, instruct: str | None,
-                    options: dict[str, Any]) -> ChainedStream:
-        metrics = StreamMetrics(request_id, chars, options["speaker"], options["language"])
-        chain = ChainedStream(source, lambda text, sid: self._start(text, sid, instruct, options, reserve=False),
-                              metrics, self._release_chain, fit=lambda segment: self._fitter.split(segment, instruct),
-                              max_text_chars=self.config.max_text_chars)
-        self._reserve(chain)
-        return chain
 
     def _start(self, text: str, request_id: str, instruct: str | None, options: dict[str, Any],
                *, reserve: bool, text_feed: TextFeed | None = None) -> StreamHandle:
