@@ -119,3 +119,28 @@ async def test_closing_the_socket_stops_the_engine_work(serve) -> None:
     assert srv.engine.stats()["frames_generated"] < 200
     resp = await srv.session.post(f"{srv.base}/tts/stream", json={"text": "Hi.", "speaker": "serena", "max_frames": 2})
     assert len(np.frombuffer(await resp.read(), dtype="<i2")) == 2 * 1920
+
+
+async def test_token_layout_streams_text_into_one_engine_stream(serve) -> None:
+    srv = await serve()
+    text = "Hello there, my friend. How are you today?"
+    direct = srv.engine.open_text_stream("serena", layout="tokens", max_frames=6)
+    direct.push(text)
+    direct.close()
+    expected = b"".join([p.pcm.tobytes() async for p in direct])
+    started = srv.engine.stats()["streams_started"]
+    async with srv.session.ws_connect(f"{srv.base}/tts/ws") as ws:
+        await ws.send_json({"type": "start", "speaker": "serena", "layout": "words"})
+        error = await ws.receive_json()
+        assert error["type"] == "error" and error["field"] == "layout" and "segments, tokens" in error["error"]
+        await ws.send_json({"type": "start", "speaker": "serena", "max_frames": 6, "layout": "tokens"})
+        assert (await ws.receive_json())["type"] == "started"
+        for i in range(0, 16, 2):  # "Hello there, my " in pieces: enough tokens for the first frames
+            await ws.send_json({"type": "text", "text": text[i : i + 2]})
+        first = await asyncio.wait_for(ws.receive(), 30)
+        assert first.type.name == "BINARY"  # audio before the rest of the text
+        await ws.send_json({"type": "text", "text": text[16:]})
+        await ws.send_json({"type": "end"})
+        audio, done, _ = await receive_utterance(ws)
+    assert first.data + audio == expected and done["status"] == "completed" and done["frames"] == 6
+    assert srv.engine.stats()["streams_started"] == started + 1

@@ -2,12 +2,15 @@
 
 Protocol (JSON text messages from the client, JSON events and binary audio from the server):
 - `{"type": "start", "speaker", "language"?, "instruct"?, "packet_frames"?, "first_packet_frames"?, "seed"?,
-  "max_frames"?}` opens an utterance (fields and checks as `POST /tts/stream`, without `text`). The server answers
+  "max_frames"?, "layout"?}` opens an utterance (fields and checks as `POST /tts/stream`, without `text`; layout
+  `segments` (default) or `tokens`, see below). The server answers
   `{"type": "started", "request_id", "sample_rate": 24000, "format": "s16le", "channels": 1}`.
 - `{"type": "text", "text": "..."}` adds a piece of text, cut anywhere. The engine cuts the text into segments as it
   arrives (tts_engine/text/segment.py, the agent's policy: a short starter first, then sentences and clauses) and
-  speaks each as soon as it is complete, as one stream (runtime/chained.py): while the text runs dry the stream
-  waits and takes no GPU step.
+  speaks each as soon as it is complete, as one stream (runtime/chained.py); with layout `tokens` the text goes into
+  one engine stream in the model's streaming-text layout instead (one text token per frame step: audio after the
+  first couple of tokens; about 189 tokens per utterance at the default KV size, past that an error). Either way,
+  while the text runs dry the stream waits and takes no GPU step.
 - `{"type": "end"}` says the text is complete: the rest is spoken, then `{"type": "done", "request_id", "status",
   "frames", "packets", "samples", "ttfa_ms"}` follows the last audio (status completed | cancelled | error).
   `{"type": "cancel"}` stops the utterance at once (`done` with status cancelled). Every `started` gets one `done`;
@@ -36,7 +39,7 @@ log = logging.getLogger("tts_engine.routes.ws")
 PATH = "/tts/ws"
 TYPES = ("start", "text", "end", "cancel")
 START_FIELDS = ("type", "speaker", "language", "instruct", "packet_frames", "first_packet_frames", "seed",
-                "max_frames")
+                "max_frames", "layout")
 
 
 class _Utterance:
@@ -137,7 +140,7 @@ class TextWebSocket:
             stream = self.engine.open_text_stream(
                 msg["speaker"], msg.get("language"), instruct=instruct, request_id=request_id,
                 packet_frames=msg.get("packet_frames"), first_packet_frames=msg.get("first_packet_frames"),
-                seed=msg.get("seed"), max_frames=msg.get("max_frames"),
+                seed=msg.get("seed"), max_frames=msg.get("max_frames"), layout=msg.get("layout") or "segments",
             )
         except TTSInputError as exc:
             await self._error(ws, str(exc), exc.field)
