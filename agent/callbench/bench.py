@@ -1,0 +1,195 @@
+"""The call benchmark: N turns and their barge-ins in one real browser call, measured where the person is.
+
+One call (one browser, one room) hears a WAV of N different questions, each followed by a gap in which the
+agent answers; the next question lands while the agent (whose random-weight voice babbles on) still talks,
+so every question after the first is also a barge-in. Per turn: the transcript the agent heard, the
+browser's response (end of speech -> first agent audio heard) and its breakdown from the trace; per barge-in:
+the agent's decision -> silence heard at the browser. `run()` returns the report; `write()` writes JSON and
+a markdown table.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import platform
+import subprocess
+import sys
+import time
+import wave
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agent.callbench.browser import BrowserCall
+from agent.callbench.measure import match_barge_ins, match_turns
+from agent.callbench.speech import RATE, speak
+from agent.callbench.stack import LocalStack
+
+# (question, a word whisper must hear in it)
+QUESTIONS = [
+    ("What is the capital of France?", "france"),
+    ("How are you today?", "today"),
+    ("Tell me a joke about a cat.", "cat"),
+    ("What time is it in London?", "london"),
+    ("Can you recommend a good book?", "book"),
+    ("What is the weather like?", "weather"),
+    ("Please count to five.", "five"),
+    ("Who wrote Romeo and Juliet?", "romeo"),
+    ("What is your favourite color?", "color"),
+    ("Thank you, goodbye.", "thank"),
+]
+TARGETS = {"overhead_p95_ms": 80.0, "barge_in_p95_ms": 150.0}
+
+
+def questions_wav(path: Path, turns: int, gap_s: float) -> list[tuple[str, str]]:
+    chosen = [QUESTIONS[i % len(QUESTIONS)] for i in range(turns)]
+    parts = [np.zeros(int(1.0 * RATE), dtype=np.int16)]
+    for text, _ in chosen:
+        parts += [speak(text), np.zeros(int(gap_s * RATE), dtype=np.int16)]
+    parts.append(np.zeros(int(30 * RATE), dtype=np.int16))  # the loop must not start over within the run
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(RATE)
+        w.writeframes(np.concatenate(parts).tobytes())
+    return chosen
+
+
+def pct(values: list[float], p: float) -> float | None:
+    return round(float(np.percentile(values, p)), 1) if values else None
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in ("livekit-agents", "livekit", "faster-whisper", "llama-cpp-python", "torch", "playwright"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "-"
+    out["livekit-server"] = "1.13.5"
+    try:
+        out["chromium"] = subprocess.run(["chromium", "--version"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        out["chromium"] = "-"
+    return out
+
+
+def device() -> str:
+    model = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                  if ln.startswith("model name")), platform.processor())  # fmt: skip
+    import os
+
+    return f"{model}, {os.cpu_count()} cores (CPU only: embedded defaults)"
+
+
+def run(workdir: Path, *, turns: int, gap_s: float, hangover_ms: float = 200.0) -> dict[str, Any]:
+    wav = workdir / "questions.wav"
+    chosen = questions_wav(wav, turns, gap_s)
+    stack = LocalStack(workdir / "stack", LLM_MAX_TOKENS="40", VAD_SILENCE_MS=str(int(hangover_ms)))
+    stack.start()
+    try:
+        with BrowserCall(stack.page_url, wav) as call:
+            call.join("callbench")
+            per_turn_s = 2.5 + gap_s
+            deadline = time.monotonic() + 20 + turns * per_turn_s * 1.5
+            while time.monotonic() < deadline:
+                time.sleep(2.0)
+                snap = call.snapshot()
+                if sum(r["type"] == "turn" for r in snap["log"]) >= turns:
+                    break
+            time.sleep(3.0)  # the last turn's trace is written once its reply ends or is cut
+            snap = call.snapshot()
+            call.leave()
+            problems = list(call.problems)
+    finally:
+        stack.stop()
+    traces = [r for r in stack.traces() if r["session_id"].startswith("callbench-")]
+    heard = [line["text"].lower() for line in snap["transcript"] if line["who"] == "you" and line["final"]]
+    recognised = sum(any(word in h for h in heard) for _, word in chosen)
+    turn_rows = match_turns(snap["log"], traces, hangover_ms=hangover_ms)
+    barge_rows = match_barge_ins(snap["log"], traces)
+    answered = [t for t in traces if t["outcome"] in ("answered", "interrupted")]
+
+    def summary(rows: list[dict], key: str) -> dict[str, float | None]:
+        values = [r[key] for r in rows if r.get(key) is not None]
+        return {"n": len(values), "p50": pct(values, 50), "p95": pct(values, 95)}
+
+    keys = ("response_ms", "voice_to_voice_ms", "vad_end_lag_ms", "stt_ms", "llm_ttft_ms", "tts_first_packet_ms",
+            "server_e2e_ms", "publish_to_heard_ms", "overhead_ms")  # fmt: skip
+    report = {
+        "benchmark": "callbench",
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command": "python -m agent.callbench " + " ".join(sys.argv[1:]),
+        "device": device(),
+        "versions": versions(),
+        "config": {"turns": turns, "gap_s": gap_s, "vad_hangover_ms": hangover_ms, "llm_max_tokens": 40},
+        "counts": {
+            "questions": turns,
+            "transcripts_recognised": recognised,
+            "replies_heard": sum(r["type"] == "turn" for r in snap["log"]),
+            "traces": len(traces),
+            "traces_complete": sum(bool(t["complete"]) for t in answered),
+            "traces_answered": len(answered),
+            "errors": sum(len(t.get("errors", [])) for t in traces) + len(problems),
+            "barge_ins_heard": sum(r["type"] == "barge_in" for r in snap["log"]),
+            "barge_ins_ignored": snap["summary"]["ignoredBargeIns"],
+        },
+        "turns": {k: summary(turn_rows, k) for k in keys},
+        "barge_in": {k: summary(barge_rows, k) for k in ("onset_to_decision_ms", "decision_to_silence_ms",
+                                                          "onset_to_silence_ms")},  # fmt: skip
+        "targets": TARGETS,
+        "turn_rows": turn_rows,
+        "barge_in_rows": barge_rows,
+        "page_problems": problems,
+        "heard": heard,
+    }
+    o, b = report["turns"]["overhead_ms"]["p95"], report["barge_in"]["decision_to_silence_ms"]["p95"]
+    report["verdict"] = {
+        "overhead_p95_ms": "pass" if o is not None and o <= TARGETS["overhead_p95_ms"] else "MISS",
+        "barge_in_p95_ms": "pass" if b is not None and b <= TARGETS["barge_in_p95_ms"] else "MISS",
+    }
+    return report
+
+
+def markdown(report: dict[str, Any]) -> str:
+    c = report["counts"]
+    lines = [
+        f"# Call benchmark: {report['device']}, {report['date'][:10]}",
+        "",
+        f"`{report['command']}` (livekit-server {report['versions']['livekit-server']}, livekit-agents "
+        f"{report['versions']['livekit-agents']}, {report['versions']['chromium']})",
+        "",
+        f"{c['questions']} questions in one browser call: {c['transcripts_recognised']} recognised, "
+        f"{c['replies_heard']} replies heard, {c['traces_complete']}/{c['traces_answered']} answered turns traced "
+        f"with all nine points, {c['errors']} errors; {c['barge_ins_heard']} barge-ins heard, "
+        f"{c['barge_ins_ignored']} ignored.",
+        "",
+        "| per turn (ms) | n | P50 | P95 |",
+        "|---|---|---|---|",
+    ]
+    for key, row in report["turns"].items():
+        lines.append(f"| {key} | {row['n']} | {row['p50']} | {row['p95']} |")
+    lines += ["", "| barge-in (ms) | n | P50 | P95 |", "|---|---|---|---|"]
+    for key, row in report["barge_in"].items():
+        lines.append(f"| {key} | {row['n']} | {row['p50']} | {row['p95']} |")
+    v = report["verdict"]
+    lines += [
+        "",
+        f"Targets: transport + framework overhead P95 <= {report['targets']['overhead_p95_ms']:.0f} ms: "
+        f"{v['overhead_p95_ms']}; barge-in decision -> silence at the browser P95 <= "
+        f"{report['targets']['barge_in_p95_ms']:.0f} ms: {v['barge_in_p95_ms']}.",
+        "",
+        "response = browser end of speech (its energy VAD + the agent's hangover) -> first agent audio heard; "
+        "overhead = response - (STT + LLM first token + TTS first packet); vad_end_lag = the agent's VAD end of "
+        "turn after the browser's; publish_to_heard = first frame into WebRTC -> heard at the browser.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write(report: dict[str, Any], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "callbench.json").write_text(json.dumps(report, indent=1) + "\n")
+    (out / "callbench.md").write_text(markdown(report))
