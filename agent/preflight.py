@@ -1,6 +1,8 @@
 """Start-up checks: say exactly what is missing (weights, LiveKit, vLLM) instead of a traceback.
 
-Used by `python -m agent preflight` and by scripts/demo.sh before anything is started.
+Used by `python -m agent preflight` and by scripts/demo.sh before anything is started. Each line says whether
+the part is configured or an embedded default (agent/local/), so an operator sees at once which parts of a
+call are production and which are stand-ins.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ class Check:
     name: str
     ok: bool
     detail: str
+    default: str = ""  # what embedded default this part is ("" = configured)
 
 
 def check_weights(engine: EngineConfig) -> Check:
@@ -56,30 +59,75 @@ def check_livekit(agent: AgentConfig, timeout: float = 2.0) -> Check:
     return Check("livekit", True, agent.livekit_url)
 
 
-def check_openai_server(name: str, variable: str, base_url: str, timeout: float = 3.0) -> Check:
+def check_openai_server(
+    name: str, variable: str, base_url: str, timeout: float = 3.0, hint: str = "start vLLM: scripts/run_llm_server.sh"
+) -> Check:
     url = base_url.rstrip("/") + "/models"
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - operator-given URL
             body = json.loads(resp.read() or b"{}")
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
-        hint = "start vLLM: scripts/run_llm_server.sh"
         return Check(name, False, f"cannot reach {variable} {base_url} ({reason}); {hint}")
     models = [m.get("id") for m in body.get("data", []) if isinstance(m, dict)]
     return Check(name, True, f"{base_url} serves {', '.join(map(str, models)) or 'no models'}")
 
 
+def check_default_tts() -> Check:
+    from agent.local.defaults import DEFAULT_CHECKPOINT_DIR
+
+    state = "present" if (DEFAULT_CHECKPOINT_DIR / "model.safetensors").is_file() else "generated at first start"
+    why = "TTS_DEEP_STREAM_MODEL_DIR is empty; the voice babbles until it names real Qwen3-TTS weights"
+    return Check("tts weights", True, f"{DEFAULT_CHECKPOINT_DIR} ({state}; {why})", "random-weight checkpoint")
+
+
+def check_default_stt() -> Check:
+    import importlib.util
+
+    from agent.local.whisper_stt import default_model_dir
+
+    default = "faster-whisper tiny.en in the worker"
+    if importlib.util.find_spec("faster_whisper") is None:
+        return Check("stt", False, "faster-whisper is not installed (scripts/setup.sh installs it)", default)
+    try:
+        model_dir = default_model_dir()
+    except FileNotFoundError as exc:
+        return Check("stt", False, str(exc), default)
+    if not (model_dir / "model.bin").is_file():
+        return Check("stt", False, f"{model_dir} has no model.bin (WHISPER_MODEL_DIR)", default)
+    return Check("stt", True, f"{model_dir} (STT_BASE_URL and LLM_BASE_URL are empty; English only)", default)
+
+
+def _as_default(check: Check, default: str, why: str) -> Check:
+    check.default = default
+    if check.ok:
+        check.detail = f"{check.detail} ({why})"
+    return check
+
+
 def run_checks(agent: AgentConfig, engine: EngineConfig, *, need_livekit: bool = True) -> list[Check]:
-    checks = [] if agent.tts_engine_url else [check_weights(engine)]
+    checks = []
+    if not agent.tts_engine_url:
+        checks.append(check_weights(engine) if engine.model_dir else check_default_tts())
     if need_livekit:
-        checks.append(check_livekit(agent))
-    checks.append(check_openai_server("llm", "LLM_BASE_URL", agent.llm_base_url))
-    if agent.stt_base_url != agent.llm_base_url:
+        livekit = check_livekit(agent)
+        if agent.livekit_default:
+            livekit = _as_default(livekit, "local LiveKit server", "LIVEKIT_URL is empty; scripts/start_all.sh runs it")
+        checks.append(livekit)
+    hint = "start it: scripts/start_all.sh start local_llm" if agent.llm_default else None
+    llm = check_openai_server("llm", "LLM_BASE_URL", agent.llm_base_url, **({"hint": hint} if hint else {}))
+    if agent.llm_default:
+        llm = _as_default(llm, "llama.cpp + SmolLM2-135M", "LLM_BASE_URL is empty; scripts/start_all.sh runs it")
+    checks.append(llm)
+    if not agent.stt_base_url:
+        checks.append(check_default_stt())
+    elif agent.stt_base_url != agent.llm_base_url:
         checks.append(check_openai_server("stt", "STT_BASE_URL", agent.stt_base_url))
     return checks
 
 
 def report(checks: list[Check]) -> bool:
     for c in checks:
-        print(f"  [{'ok' if c.ok else 'MISSING'}] {c.name}: {c.detail}")
+        source = f" [default: {c.default}]" if c.default else ""
+        print(f"  [{'ok' if c.ok else 'MISSING'}] {c.name}{source}: {c.detail}")
     return all(c.ok for c in checks)
