@@ -87,8 +87,7 @@ async def handle_token(request: web.Request) -> web.Response:
         )
     raw = await request.read()
     try:
-        # empty means {}; only JSON's own whitespace counts (bytes.strip() would also eat \f and \v)
-        body = json.loads(raw.decode("utf-8")) if raw.strip(b" \t\r\n") else {}
+        body = json.loads(raw.decode("utf-8")) if raw else {}  # an empty body means {}; whitespace is not JSON
     except UnicodeDecodeError:
         return json_error(400, "body is not UTF-8 text", "body")
     except json.JSONDecodeError as exc:

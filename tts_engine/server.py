@@ -204,6 +204,8 @@ class TTSServer:
         for key in ("text", "speaker"):
             if key not in body:
                 raise ClientError(f"field {key!r} is required", key)
+        if not isinstance(body["text"], str):  # the engine reads a null text as "-" (for open_text_stream)
+            raise ClientError(f"text must be a string, got {type(body['text']).__name__}", "text")
         instruct = body.get("instruct")
         if instruct is not None and not isinstance(instruct, str):
             raise ClientError("instruct must be a string", "instruct")

@@ -125,9 +125,12 @@ ROUTES: dict[str, dict[str, Any]] = {
         }}}},
         "responses": {
             "200": {"description": "audio as it is made", "content": {
-                kind: {"schema": {"type": "string", "format": "binary"}}
-                for kind in ("audio/mpeg", "audio/ogg", "audio/aac", "audio/flac", "audio/wav", "audio/pcm",
-                             "text/event-stream")}},
+                **{kind: {"schema": {"type": "string", "format": "binary"}}
+                   for kind in ("audio/mpeg", "audio/ogg", "audio/aac", "audio/flac", "audio/wav", "audio/pcm")},
+                # stream_format "sse": each event's data is a JSON speech.audio.delta / speech.audio.done
+                "text/event-stream": {"schema": {"type": "object", "required": ["data"],
+                                                 "properties": {"data": {"type": "string"}}}},
+            }},
             **{code: {"description": text, "content": {"application/json": {"schema": {
                 "$ref": "#/components/schemas/OpenAIError"}}}}
                for code, text in (("400", "a refused field (`param`)"), ("413", "body over 1 MiB or input too long"),

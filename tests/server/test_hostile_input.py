@@ -31,6 +31,7 @@ HOSTILE_BODIES = [
     (b'{"text": "hi", "speaker": "serena", "instruct": "x\\ud800"}', "instruct", "surrogate"),
     (b'{"text": "hi", "speaker": "serena", "language": ""}', "language", "valid languages: auto"),
     (b'{"text": "hi", "speaker": "serena", "language": 0}', "language", "must be a string"),
+    (b'{"text": null, "speaker": "serena"}', "text", "must be a string"),  # used to speak "-"
     (b'{"text": "hi", "speaker": "serena", "language": false}', "language", "must be a string"),
 ]
 

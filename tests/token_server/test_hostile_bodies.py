@@ -16,6 +16,7 @@ JSON = {"Content-Type": "application/json"}
         (b'{"room": 1' + b"0" * 5_000 + b"}", "digits"),
         (b"\x0c", "Expecting value"),  # not JSON whitespace: not an empty body either
         (b"\x0b{}", "Expecting value"),
+        (b"\r", "Expecting value"),  # only an empty body means {}
     ],
 )
 async def test_parser_limits_are_400_not_500(client, raw: bytes, words: str) -> None:
