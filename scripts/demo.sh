@@ -22,7 +22,7 @@ PY=${PYTHON:-$ROOT/.venv/bin/python}
 [ -x "$PY" ] || die "$PY not found; run scripts/setup.sh"
 
 ENV_FILE=${ENV_FILE:-$ROOT/.env}
-if [ ! -f "$ENV_FILE" ]; then
+if [ ! -e "$ENV_FILE" ]; then
   secret=$("$PY" -c 'import secrets; print(secrets.token_hex(24))')
   sed "s/^LIVEKIT_API_SECRET=.*/LIVEKIT_API_SECRET=$secret/" .env.example >"$ENV_FILE"
   chmod 600 "$ENV_FILE"

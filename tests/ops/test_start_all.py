@@ -100,8 +100,23 @@ def ops_env(tmp_path: Path) -> dict[str, str]:
         AGENT="0",
         LLM_LOCAL="0",
         TTS_STANDALONE="0",
+        # production URLs (closed ports): the embedded LiveKit / llama.cpp services stay off in these tests;
+        # tests/call runs the whole local stack
+        LIVEKIT_URL=f"ws://127.0.0.1:{_free_port()}",
+        LLM_BASE_URL=f"http://127.0.0.1:{_free_port()}/v1",
     )
     return env
+
+
+def test_local_livekit_without_a_key_pair_is_refused_by_name(ops_env: dict[str, str]) -> None:
+    env = dict(ops_env, LIVEKIT_URL="", TOKEN_SERVER="0", LIVEKIT_BIN=sys.executable)
+    result = _run(env, "start", timeout=60)
+    assert result.returncode == 1
+    assert "LIVEKIT_API_KEY and LIVEKIT_API_SECRET must be set for the local LiveKit server" in result.stderr
+    short = dict(env, LIVEKIT_API_KEY="devkey", LIVEKIT_API_SECRET="short")
+    result = _run(short, "start", timeout=60)
+    assert result.returncode == 1 and "use at least 32" in result.stderr
+    assert "short" not in result.stderr.replace("LIVEKIT_API_SECRET is 5 characters", "")  # the secret is never printed
 
 
 def test_start_status_stop_leaves_no_process(ops_env: dict[str, str], tiny_checkpoint: Path, tmp_path: Path) -> None:
@@ -223,15 +238,16 @@ def test_usage_errors() -> None:
 
 
 def test_demo_fails_fast_naming_what_is_missing(ops_env: dict[str, str], tmp_path: Path) -> None:
-    # set-but-empty: a developer's .env cannot fill these in (variables already in the environment win)
-    env = dict(ops_env, SKIP_SETUP="1", LLM_BASE_URL=f"http://127.0.0.1:{_free_port()}/v1")
-    env.update(TTS_DEEP_STREAM_MODEL_DIR="", LIVEKIT_URL="", TTS_ENGINE_URL="")
+    # production parts configured but not there (set in the environment: a developer's .env cannot fill them in)
+    env = dict(ops_env, SKIP_SETUP="1", LLM_BASE_URL=f"http://127.0.0.1:{_free_port()}/v1", TTS_ENGINE_URL="")
+    env.update(TTS_DEEP_STREAM_MODEL_DIR=str(tmp_path / "no-weights"), LIVEKIT_API_KEY="k", LIVEKIT_API_SECRET="s")
     result = subprocess.run(
         ["bash", str(ROOT / "scripts" / "demo.sh")], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 1
-    assert "[MISSING] tts weights: TTS_DEEP_STREAM_MODEL_DIR is not set" in result.stdout
-    assert "[MISSING] livekit: LIVEKIT_URL is not set" in result.stdout
+    assert "[MISSING] tts weights: " in result.stdout and "no-weights" in result.stdout
+    assert "[MISSING] livekit: cannot reach LIVEKIT_URL" in result.stdout
     assert "[MISSING] llm: cannot reach LLM_BASE_URL" in result.stdout
+    assert "[default:" not in result.stdout  # every part was configured: no embedded default stands in
     assert "preflight found something missing" in result.stderr
     assert not list(Path(env["RUN_DIR"]).glob("*.pid"))  # nothing was started
