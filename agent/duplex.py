@@ -85,6 +85,22 @@ class Reply:
         """Nothing more of this reply may be generated or played (finished or cut)."""
         return self.done or self.interruption is not None
 
+    def add_llm_stream(self, closer: Callable[[], Any]) -> None:
+        """Register an LLM stream for the cascade; one opened after the cut is closed at once."""
+        if self.interruption is None:
+            self.llm_closers.append(closer)
+            return
+        result = closer()
+        if asyncio.iscoroutine(result):
+            asyncio.ensure_future(result)
+
+    def add_tts_task(self, task: asyncio.Task[Any]) -> None:
+        """Register a TTS producer for the cascade; one started after the cut is cancelled at once."""
+        if self.interruption is None:
+            self.tts_tasks.add(task)
+        else:
+            task.cancel()
+
     @property
     def turn_id(self) -> str:
         return self.turn.turn_id if self.turn is not None else f"reply-{self.reply_id}"
@@ -148,7 +164,13 @@ class DuplexController:
         self.collector.speech_started(t)
 
     def on_user_turn_ended(self, t: float | None = None) -> TurnTrace:
-        turn = self.collector.open_turn(t)
+        prev = self.collector.current
+        # a reply (or a speech about to make one) still answers the previous turn: it finishes that turn
+        busy = prev is not None and (
+            any(r.turn is prev and not r.done for r in self._by_key.values())
+            or any(sp.turn is prev for sp in self._speeches.values())
+        )
+        turn = self.collector.open_turn(t, hold_previous=busy)
         pending = self._pending_stt.pop(turn.index, None)
         if pending is not None:
             turn.mark("stt_request", pending)
@@ -209,6 +231,8 @@ class DuplexController:
                 # cut before any node ran: the turn it answered was interrupted, with nothing said
                 reply = self._closed_reply(key, speech)
             else:
+                if speech is not None and speech.turn is not None and speech.turn is not self.collector.current:
+                    self.collector.finish(speech.turn)  # held for this speech, which never made a reply
                 return
         if interrupted and reply.interruption is None and not reply.done:
             self.interrupt(source="speech_interrupted", reply=reply)
@@ -374,6 +398,8 @@ class DuplexController:
         if reply.turn is not None:
             reply.turn.interruptions.append(irq)
             reply.turn.outcome = "interrupted"
+            if reply.turn is not self.collector.current:
+                self.collector.finish(reply.turn)  # held open for this reply (on_user_turn_ended)
         self.interruptions.append((reply, irq))
         if self.reply is reply:
             self.reply = None

@@ -203,12 +203,12 @@ class FakeOpenAIServer:
         if not body.get("stream"):
             return web.json_response(_completion(body["model"], "".join(tokens), finish=finish, rid=rid))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await resp.prepare(request)
-        if script.llm_fault == "malformed":
-            await resp.write(b'data: {"id": "x", "choices": [{"delta": {"content": "Hel\n\n')
-            await resp.write(b"data: [DONE]\n\n")
-            return resp
         try:
+            await resp.prepare(request)
+            if script.llm_fault == "malformed":
+                await resp.write(b'data: {"id": "x", "choices": [{"delta": {"content": "Hel\n\n')
+                await resp.write(b"data: [DONE]\n\n")
+                return resp
             await self._stream_tokens(resp, rid, body, tokens, finish)
         except ConnectionError:
             # the client dropped the stream mid-reply: what the agent's barge-in cancel does, so it is normal

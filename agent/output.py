@@ -124,9 +124,12 @@ class RtcAudioOutput(io.AudioOutput):
         t_start = time.perf_counter()
         await self.source.capture_frame(frame)
         t_end = time.perf_counter()
-        if reply_id in self._silenced:
-            # silenced while this capture was in flight: make sure it cannot play
+        if not self._allowed(reply_id):
+            # cut while this capture was in flight: clear it out of the queue; it never plays, so it is
+            # not published (and not counted as a stale frame: it started before the cut)
             self.source.clear_queue()
+            self.frames_dropped += 1
+            return
         self.frames_captured += 1
         self._segment_captured_s += frame.samples_per_channel / frame.sample_rate
         if self.frame_observer is not None:

@@ -79,16 +79,22 @@ class TurnTrace:
     user_text: str = ""
     reply_chars: int = 0
     segments_sent: int = 0
-    outcome: str = "open"  # open | answered | interrupted | no_transcript | error
+    # open | answered | interrupted | no_transcript | error | unanswered (a transcript, no reply: the user
+    # spoke again before the agent answered and the next turn carries it; never "error" without an error)
+    outcome: str = "open"
     errors: list[str] = field(default_factory=list)
     interruptions: list[Interruption] = field(default_factory=list)
     finished: bool = False
+    # called with (point, t) when a point is first marked, inside the code that marks it (agent.stress_instants)
+    observer: Callable[[str, float], None] | None = field(default=None, repr=False, compare=False)
 
     def mark(self, point: str, t: float | None = None) -> None:
         if point not in POINTS:
             raise ValueError(f"unknown trace point {point!r}; valid points: {', '.join(POINTS)}")
         if point not in self.points:
             self.points[point] = time.perf_counter() if t is None else t
+            if self.observer is not None:
+                self.observer(point, self.points[point])
 
     def has(self, point: str) -> bool:
         return point in self.points
@@ -156,25 +162,31 @@ class TraceCollector:
         on_record: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.session_id = session_id
-        self.traces_dir = None if traces_dir is None else Path(traces_dir)
+        # None or "" (TRACES_DIR= empty): keep records in memory only, never write into the working directory
+        self.traces_dir = Path(traces_dir) if traces_dir else None
         self.clock = clock
         self.on_record = on_record
         self.records: list[dict[str, Any]] = []
         self.current: TurnTrace | None = None
         self._pending_speech_start: float | None = None
         self._count = 0
+        self.on_mark: Callable[[str, float], None] | None = None  # given to every new turn as its observer
+        self._held: list[TurnTrace] = []  # earlier turns still open: their reply outlives the next turn's start
 
     # -- user side ---------------------------------------------------------------------------
     def speech_started(self, t: float | None = None) -> None:
         self._pending_speech_start = self.clock() if t is None else t
 
-    def open_turn(self, t_end: float | None = None) -> TurnTrace:
-        """The user turn ended (VAD end of speech): finish the previous turn and open the next one."""
+    def open_turn(self, t_end: float | None = None, *, hold_previous: bool = False) -> TurnTrace:
+        """The user turn ended (VAD end of speech): finish the previous turn and open the next one.
+        `hold_previous`: the previous turn's reply is still in flight; its owner finishes it later."""
         t_end = self.clock() if t_end is None else t_end
         if self.current is not None and not self.current.finished:
-            if self.current.outcome == "open":
-                self.current.outcome = "no_transcript" if not self.current.user_text else "error"
-            self.finish(self.current)
+            if hold_previous:
+                self._held.append(self.current)
+            else:
+                self.finish(self.current)
+        self._held = [t for t in self._held if not t.finished]
         self._count += 1
         turn = TurnTrace(
             session_id=self.session_id,
@@ -182,6 +194,7 @@ class TraceCollector:
             index=self._count,
             t0=t_end,
             wall_t0=time.time() - (self.clock() - t_end),
+            observer=self.on_mark,
         )
         start = self._pending_speech_start
         turn.mark("vad_speech_start", start if start is not None and start <= t_end else t_end)
@@ -201,7 +214,10 @@ class TraceCollector:
             return None
         turn.finished = True
         if turn.outcome == "open":
-            turn.outcome = "answered" if turn.has("first_frame_published") else "no_transcript"
+            if turn.has("first_frame_published"):
+                turn.outcome = "answered"
+            else:
+                turn.outcome = "unanswered" if turn.user_text else "no_transcript"
         record = turn.to_record()
         self.records.append(record)
         if self.traces_dir is not None:
@@ -211,8 +227,10 @@ class TraceCollector:
         return record
 
     def close(self) -> None:
-        if self.current is not None and not self.current.finished:
-            self.finish(self.current)
+        for turn in [*self._held, self.current]:
+            if turn is not None and not turn.finished:
+                self.finish(turn)
+        self._held = []
 
     def _append(self, record: dict[str, Any]) -> None:
         assert self.traces_dir is not None

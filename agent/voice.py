@@ -172,7 +172,7 @@ class VoiceAgent(Agent):
                 tools=tools,
                 conn_options=call.session.conn_options.llm_conn_options,
                 max_tokens=call.cfg.llm_max_tokens,
-                on_stream=lambda s: reply.llm_closers.append(s.aclose),
+                on_stream=lambda s: reply.add_llm_stream(s.aclose),
             ):
                 if chunk.delta is not None and chunk.delta.content:
                     if turn is not None:
@@ -207,7 +207,7 @@ class VoiceAgent(Agent):
             on_first_text=(lambda t: turn.mark("tts_first_text", t)) if turn is not None else None,
             on_first_packet=(lambda t: turn.mark("tts_first_packet", t)) if turn is not None else None,
             on_segment=on_segment,
-            on_task=reply.tts_tasks.add,
+            on_task=reply.add_tts_task,
             on_error=lambda exc: call.report_error(reply, "tts", exc),
         )
         async for frame in call.tts.frames(text, reply_id=reply.reply_id, hooks=hooks):
@@ -280,6 +280,7 @@ class Call:
             ),
         )
         self.session.on("speech_created", self._on_speech_created)
+        self._tap_empty_transcripts(self.stt)
         self._apology_pending = False
 
     # -- wiring ------------------------------------------------------------------------------
@@ -293,6 +294,20 @@ class Call:
         fut = _interrupt_signal(handle)
         if fut is not None:
             fut.add_done_callback(lambda _f, key=handle.id: controller.on_speech_interrupted(key))
+
+    def _tap_empty_transcripts(self, engine: stt.STT) -> None:
+        """Tell the controller when an utterance is transcribed to nothing (noise, a cough): the framework
+        drops an empty final transcript, so no event says so, and the controller stayed THINKING (LiveKit:
+        listening) until the next user turn. Wraps the public `recognize` of this call's own STT object."""
+        recognize = engine.recognize
+
+        async def tapped(*args: Any, **kwargs: Any) -> stt.SpeechEvent:
+            ev = await recognize(*args, **kwargs)
+            if not (ev.alternatives and ev.alternatives[0].text.strip()):
+                self.controller.on_transcript("")
+            return ev
+
+        engine.recognize = tapped  # type: ignore[method-assign]
 
     def _stt_request(self, t: float) -> None:
         self.controller.on_stt_request(t)

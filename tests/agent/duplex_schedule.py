@@ -35,7 +35,7 @@ from tests.agent.duplex_harness import (
 )
 
 MILESTONES = ("speech_created", "llm_request", "llm_token", "tts_segment", "tts_packet", "frame")
-OUTCOMES = {"answered", "interrupted", "no_transcript", "error"}
+OUTCOMES = {"answered", "interrupted", "no_transcript", "error", "unanswered"}
 SETTLE_S = 4.0
 
 
@@ -100,6 +100,8 @@ class ScheduleRunner:
                 if handles and not handles[-1].interrupted and not handles[-1].done():
                     handles[-1].interrupt()  # created but not queued yet: session.interrupt() cannot see it
             elif cut.kind == "vad":
+                if mic.speaking:
+                    return  # the user is still talking: this would extend that utterance, not barge in
                 state["next_started"] = True
                 mic.speak(turns[turn + 1].speech_s)
             else:
@@ -110,9 +112,9 @@ class ScheduleRunner:
             if armed is None:
                 return
             cut, turn = armed
-            if name == "speech_created" and state["counts"].get(name):
-                return  # a second speech (an apology) counts on its own
             counts = state["counts"]
+            if (name == "speech_created") == bool(counts.get("speech_created")):
+                return  # milestones count from the reply's speech on; a second speech (an apology) does not
             counts[name] = counts.get(name, 0) + 1
             if name != cut.milestone or counts[name] != cut.nth:
                 return
@@ -176,11 +178,8 @@ class ScheduleRunner:
                 if not await until(lambda n=i + 1: call.collector._count >= n, f"turn {i + 1} opened"):
                     break
                 if plan.cut is not None and plan.cut.kind == "vad" and i + 1 < len(turns):
-                    await until(lambda: state["next_started"] or (idle() and state["armed"] is None)
-                                or (idle() and call.collector.current is not None
-                                    and call.collector.current.finished), f"turn {i + 1} reply")
-            if state["closing"] is None:
-                await until(idle, "idle at the end")
+                    await until(lambda: state["next_started"] or idle(), f"turn {i + 1} reply")
+            if state["closing"] is None and await until(idle, "idle at the end"):
                 self._check_idle(call, out)
         finally:
             mic.close()
@@ -244,6 +243,8 @@ class ScheduleRunner:
                 out.violations.append(f"{tid}: outcome error with an empty error list")
             if errors and outcome not in ("error", "interrupted"):
                 out.violations.append(f"{tid}: outcome {outcome} with errors {errors}")
+            if outcome == "unanswered" and (not rec["user_text_chars"] or "first_frame_published" in rec["points"]):
+                out.violations.append(f"{tid}: unanswered with {rec['user_text_chars']} transcript chars")
             if outcome == "answered" and "first_frame_published" not in rec["points"]:
                 out.violations.append(f"{tid}: answered without a published frame")
             if not closed and any(i["source"] == "session_closed" for i in irqs):

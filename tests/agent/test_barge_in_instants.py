@@ -40,3 +40,30 @@ async def test_interrupt_at_each_milestone(runner: ScheduleRunner, milestone: st
     assert out.fired, "the cut never fired"
     assert out.traces[0]["outcome"] == "interrupted"
     assert out.traces[-1]["outcome"] == "answered"
+
+
+async def test_utterance_transcribed_to_nothing_returns_to_listening(runner: ScheduleRunner) -> None:
+    """The framework drops an empty final transcript: the controller used to stay THINKING (LiveKit:
+    listening) until the next user turn."""
+    out = await runner.run([TurnPlan(stt_fault="empty"), TurnPlan(words=0), TurnPlan()])
+    assert out.violations == []
+    assert [t["outcome"] for t in out.traces] == ["no_transcript", "error", "answered"]
+    assert out.traces[1]["errors"] == ["reply: the speech ended without audio"]  # an empty LLM answer
+
+
+async def test_user_speaks_again_as_the_reply_starts(runner: ScheduleRunner) -> None:
+    """The next utterance starts one tick after the reply's speech is created: the earlier turn used to be
+    written as "error" with no error while its reply was still in flight."""
+    out = await runner.run([TurnPlan(words=7), TurnPlan(speech_s=0.16, words=3, cut=Cut("vad", "speech_created",
+                                                                                         ticks=1)), TurnPlan()])
+    assert out.violations == []
+    assert all(t["outcome"] != "error" for t in out.traces), out.traces
+
+
+async def test_frame_in_flight_at_the_cut_is_not_stale(runner: ScheduleRunner) -> None:
+    """A frame whose capture started before the cut and ended after it is purged from the queue, never
+    published: the controller used to count it as a stale frame after cancel."""
+    for ticks in range(4):
+        out = await runner.run([TurnPlan(words=6), TurnPlan(words=6, cut=Cut("vad", "tts_packet", nth=3,
+                                                                             ticks=ticks))])
+        assert out.violations == []

@@ -150,3 +150,42 @@ def test_interrupted_turn_record_has_the_interruption() -> None:
     assert first["outcome"] == "interrupted"
     (rec,) = first["interruptions"]
     assert rec["cancel_to_silence_ms"] >= 0 and rec["stale_frames_after_cancel"] == 0
+
+
+def test_turn_whose_speech_is_in_flight_is_held_open_until_the_speech_ends() -> None:
+    """The user speaks again after a reply's speech was created but before it played: the earlier turn
+    used to be written at once as "error" with no error; now it waits for its speech's end."""
+    controller, _ = make()
+    controller.on_user_turn_ended()
+    controller.on_transcript("first question")
+    controller.on_speech_created("s1", is_interrupted=lambda: True)
+    controller.on_user_turn_ended()  # the barge-in utterance ends while s1 waits for the user to be silent
+    assert controller.collector.records == []
+    controller.on_speech_done("s1", interrupted=True)
+    (first,) = controller.collector.records
+    assert first["outcome"] == "interrupted" and first["errors"] == []
+    assert first["interruptions"][0]["frames_published"] == 0
+
+
+def test_turn_superseded_before_any_reply_is_unanswered_not_error() -> None:
+    controller, _ = make()
+    controller.on_user_turn_ended()
+    controller.on_transcript("first half")
+    controller.on_user_turn_ended()  # the framework merged it into the next utterance: no speech for it
+    (first,) = controller.collector.records
+    assert first["outcome"] == "unanswered" and first["errors"] == []
+
+
+def test_speech_interrupted_before_its_reply_gives_a_closed_reply() -> None:
+    controller, _ = make()
+    controller.on_user_turn_ended()
+    controller.on_transcript("hello")
+    controller.on_speech_created("s1")
+    controller.on_speech_interrupted("s1")  # 0 ms: no node has run yet
+    reply = controller.begin_reply("s1")  # the LLM node starts anyway
+    assert reply.closed and controller.reply is None
+    assert controller.state is State.LISTENING
+    assert controller.begin_reply("s1") is reply  # the TTS node gets the same closed reply
+    controller.on_speech_done("s1", interrupted=True)
+    controller.on_user_turn_ended()
+    assert controller.collector.records[0]["outcome"] == "interrupted"

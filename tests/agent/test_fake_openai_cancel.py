@@ -31,3 +31,21 @@ async def test_client_disconnect_mid_stream_is_not_an_error(caplog: pytest.LogCa
             assert server.streams_dropped == 3
     errors = [f"{r.name}: {r.getMessage()}" for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors == []
+
+
+async def test_client_gone_before_the_first_byte_is_not_an_error(caplog: pytest.LogCaptureFixture) -> None:
+    """A barge-in during the LLM's time to first token: the client leaves before the response starts."""
+    script = Script(llm_ttft_s=0.2)
+    body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    with caplog.at_level(logging.DEBUG):
+        async with FakeOpenAIServer(script) as server:
+            async with aiohttp.ClientSession() as client:
+                request = asyncio.ensure_future(client.post(f"{server.base_url}/chat/completions", json=body))
+                await asyncio.sleep(0.05)
+                request.cancel()  # the agent's cancel closes the connection mid-TTFT
+                await asyncio.sleep(0.3)  # the server wakes up and starts a response nobody reads
+                async with client.post(f"{server.base_url}/chat/completions", json=body) as resp:
+                    assert "data: [DONE]" in await resp.text()
+            assert server.streams_dropped == 1
+    errors = [f"{r.name}: {r.getMessage()}" for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == []

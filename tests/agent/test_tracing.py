@@ -83,3 +83,11 @@ def test_unwritable_directory_does_not_raise(tmp_path: Path) -> None:
     collector = TraceCollector("s", traces_dir=blocker / "sub")
     full_turn(collector)
     assert len(collector.records) == 1
+
+
+def test_empty_traces_dir_writes_nothing(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """TRACES_DIR set to "" means no trace files; it used to write <date>.jsonl into the working directory."""
+    monkeypatch.chdir(tmp_path)
+    collector = TraceCollector("s", traces_dir="")
+    collector.finish(collector.open_turn())
+    assert list(tmp_path.iterdir()) == [] and len(collector.records) == 1
