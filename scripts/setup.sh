@@ -52,7 +52,7 @@ fi
 stamp="$VENV/.voice-agent-installed"
 want=$(sha256sum pyproject.toml | cut -c1-16)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  say "installing the project and its dev/parity extras"
+  say "installing the project and its dev, parity and local extras"
   # llama-cpp-python is an sdist: it is compiled once per machine (~6 min on 2 cores) into WHEEL_CACHE,
   # so a fresh clone (CI) installs the built wheel instead of compiling llama.cpp again
   WHEEL_CACHE=${WHEEL_CACHE:-$HOME/.cache/voice-agent/wheels}
@@ -70,19 +70,26 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "$want" >"$stamp"
 fi
 
-# --- LiveKit's own server, built from its Go module (pinned), once per machine
+# --- LiveKit's own server, built from its Go module (pinned) once per machine into a per-machine cache,
+# then copied into this checkout's ignored tools folder (a fresh clone, as in CI, copies instead of building)
 LIVEKIT_VERSION=1.13.5
 TOOLS_DIR=${TOOLS_DIR:-$ROOT/.tools}
 LIVEKIT_BIN="$TOOLS_DIR/livekit-server-$LIVEKIT_VERSION/livekit-server"
+LIVEKIT_CACHE=${LIVEKIT_CACHE:-$HOME/.cache/voice-agent/livekit-server-$LIVEKIT_VERSION}
 if [ ! -x "$LIVEKIT_BIN" ]; then
-  command -v go >/dev/null || die "go not found: the local LiveKit server is built from its Go module (Debian: golang, or go.dev)"
-  say "building livekit-server v$LIVEKIT_VERSION from its Go module (a few minutes, once per machine)"
-  gobin=$(mktemp -d)
-  GOBIN=$gobin GOFLAGS=-mod=mod go install "github.com/livekit/livekit-server/cmd/server@v$LIVEKIT_VERSION" \
-    || die "go install github.com/livekit/livekit-server/cmd/server@v$LIVEKIT_VERSION failed (see above)"
+  if [ ! -x "$LIVEKIT_CACHE" ]; then
+    command -v go >/dev/null || die "go not found: the local LiveKit server is built from its Go module (Debian: golang, or go.dev)"
+    say "building livekit-server v$LIVEKIT_VERSION from its Go module (a few minutes, once per machine)"
+    gobin=$(mktemp -d)
+    GOBIN=$gobin GOFLAGS=-mod=mod go install "github.com/livekit/livekit-server/cmd/server@v$LIVEKIT_VERSION" \
+      || die "go install github.com/livekit/livekit-server/cmd/server@v$LIVEKIT_VERSION failed (see above)"
+    mkdir -p "$(dirname "$LIVEKIT_CACHE")"
+    mv "$gobin/server" "$LIVEKIT_CACHE"
+    rmdir "$gobin" 2>/dev/null || true
+  fi
   mkdir -p "$(dirname "$LIVEKIT_BIN")"
-  mv "$gobin/server" "$LIVEKIT_BIN"
-  rmdir "$gobin" 2>/dev/null || true
+  cp "$LIVEKIT_CACHE" "$LIVEKIT_BIN"
+  "$LIVEKIT_BIN" --version | grep -q "$LIVEKIT_VERSION" || die "$LIVEKIT_BIN is not livekit-server $LIVEKIT_VERSION"
 fi
 
 # --- web assets (livekit-client from npm, pinned by web/package-lock.json)
