@@ -89,7 +89,7 @@ class FakeOpenAIServer:
         self.requests: list[dict[str, Any]] = []
         self.stt_calls = 0
         self.llm_calls = 0
-        self.streams_dropped = 0  # SSE streams the client closed mid-reply (a cancel; logged at DEBUG)
+        self.streams_dropped = 0  # requests/streams the client closed mid-way (a cancel; logged at DEBUG)
         # called with "stt_request" / "llm_request" / "llm_token" (each token written) on the server's loop
         self.observer: Callable[[str], None] | None = None
         self._runner: web.AppRunner | None = None
@@ -136,6 +136,15 @@ class FakeOpenAIServer:
         return web.json_response({"ok": True})
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
+        try:
+            return await self._chat_impl(request)
+        except ConnectionError:
+            # the client left while we read its body or answered (the agent's cancel): normal, not an ERROR
+            self.streams_dropped += 1
+            logger.debug("client closed the request mid-way")
+            return web.Response(status=499)
+
+    async def _chat_impl(self, request: web.Request) -> web.StreamResponse:
         try:
             body = await request.json()
         except json.JSONDecodeError as exc:

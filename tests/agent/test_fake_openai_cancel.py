@@ -49,3 +49,19 @@ async def test_client_gone_before_the_first_byte_is_not_an_error(caplog: pytest.
             assert server.streams_dropped == 1
     errors = [f"{r.name}: {r.getMessage()}" for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors == []
+
+
+async def test_client_gone_while_its_body_is_read_is_not_an_error(caplog: pytest.LogCaptureFixture) -> None:
+    """A cut at the LLM request itself: the connection closes before the server has the whole body."""
+    with caplog.at_level(logging.DEBUG):
+        async with FakeOpenAIServer() as server:
+            reader, writer = await asyncio.open_connection(server.host, server.port)
+            writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 1000\r\n\r\n{\"model\": \"m\", ")
+            await writer.drain()
+            await asyncio.sleep(0.05)
+            writer.close()  # gone with 985 bytes of the body still owed
+            await asyncio.sleep(0.2)
+            assert server.streams_dropped == 1
+    errors = [f"{r.name}: {r.getMessage()}" for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == []
