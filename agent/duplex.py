@@ -113,6 +113,7 @@ class _Speech:
     key: str
     turn: TurnTrace | None
     is_interrupted: Callable[[], bool]
+    cause: Callable[[], str] = lambda: "interrupted"  # the framework's reason: vad | user_turn | api
     interrupted_at: float | None = None
 
 
@@ -205,12 +206,23 @@ class DuplexController:
             return None  # another speech already answers it
         return cur
 
-    def on_speech_created(self, key: str, *, is_interrupted: Callable[[], bool] = lambda: False) -> None:
-        """A speech exists (before any of its nodes run); `is_interrupted` reads its live interrupted flag."""
+    def on_speech_created(
+        self,
+        key: str,
+        *,
+        is_interrupted: Callable[[], bool] = lambda: False,
+        cause: Callable[[], str] = lambda: "interrupted",
+    ) -> None:
+        """A speech exists (before any of its nodes run); `is_interrupted` reads its live interrupted flag,
+        `cause` the reason the framework gave (recorded as the interruption's `source`)."""
         turn = self._answerable_turn()
         if turn is not None and any(sp.turn is turn for sp in self._speeches.values()):
             turn = None
-        self._speeches[key] = _Speech(key, turn, is_interrupted)
+        self._speeches[key] = _Speech(key, turn, is_interrupted, cause)
+
+    def _cause(self, key: str) -> str:
+        speech = self._speeches.get(key)
+        return speech.cause() if speech is not None else "interrupted"
 
     def on_speech_interrupted(self, key: str, t: float | None = None) -> None:
         """The framework interrupted speech `key`: cascade now if its reply exists, else remember it."""
@@ -220,10 +232,11 @@ class DuplexController:
             speech.interrupted_at = t
         reply = self._by_key.get(key)
         if reply is not None:
-            self.interrupt(source="speech_interrupted", reply=reply, t=t)
+            self.interrupt(source=self._cause(key), reply=reply, t=t)
 
     def on_speech_done(self, key: str, *, interrupted: bool) -> None:
         """The speech is over (its tasks all ended): so is its reply, whatever did or did not reach us."""
+        source = self._cause(key)
         speech = self._speeches.pop(key, None)
         reply = self._by_key.get(key)
         if reply is None:
@@ -235,7 +248,7 @@ class DuplexController:
                     self.collector.finish(speech.turn)  # held for this speech, which never made a reply
                 return
         if interrupted and reply.interruption is None and not reply.done:
-            self.interrupt(source="speech_interrupted", reply=reply)
+            self.interrupt(source=source, reply=reply)
         if not reply.done:
             self._end_reply(reply, "speech done")
         self._by_key.pop(key, None)
@@ -245,7 +258,7 @@ class DuplexController:
         reply = Reply(reply_id=uuid.uuid4().hex[:12], turn=speech.turn, speech_key=key)
         self._replies[reply.reply_id] = reply
         self._by_key[key] = reply
-        self.interrupt(source="speech_interrupted", reply=reply, t=speech.interrupted_at)
+        self.interrupt(source=speech.cause(), reply=reply, t=speech.interrupted_at)
         reply.done = True
         self._release(reply.turn, "speech interrupted before its reply")
         return reply
@@ -285,7 +298,7 @@ class DuplexController:
         speech = self._speeches.get(key) if key else None
         if speech is not None and (speech.interrupted_at is not None or speech.is_interrupted()):
             return self._closed_reply(key, speech)  # type: ignore[arg-type]
-        turn = speech.turn if speech is not None else self._answerable_turn()
+        turn = speech.turn if speech is not None and speech.turn is not None else self._answerable_turn()
         if turn is not None and (turn.finished or turn.has("llm_request")):
             turn = None
         reply = Reply(reply_id=uuid.uuid4().hex[:12], turn=turn, speech_key=key)

@@ -14,12 +14,13 @@ Barge-in: every speech is registered with the DuplexController in the `speech_cr
 before any of its nodes runs, with the public `SpeechHandle.interrupted` flag (read before every frame)
 and `SpeechHandle.add_done_callback` (the speech's end closes whatever its reply still holds). So an
 interruption at any instant, 0 ms after the speech was created included, reaches the controller: a node
-of an interrupted speech gets a closed reply and produces nothing. Two private reads remain, both in
-`_speech_of_node` / `_interrupt_signal` below, because 1.8.9 has no public equivalent: which speech runs
-this node (`_SpeechHandleContextVar`; `session.current_speech` is still the previous speech while the
-LLM node starts) and the moment of the interrupt decision (`_interrupt_fut`, so the cascade and its
-cancel->silence stamp happen then rather than when the reply task next wakes). Both are guarded: without
-them the public flag and done callback still end every reply correctly.
+of an interrupted speech gets a closed reply and produces nothing. Three private reads remain, all
+in `_speech_of_node` / `_interrupt_signal` / `_interrupt_cause` below, because 1.8.9 has no public
+equivalent: which speech runs this node (`_SpeechHandleContextVar`; `session.current_speech` is still
+the previous speech while the LLM node starts), the moment of the interrupt decision
+(`_interrupt_fut`, so the cascade and its cancel->silence stamp happen then rather than when the reply
+task next wakes) and its reason (`_interrupt_source`, for the trace). All are guarded: without them the
+public flag and done callback still end every reply correctly.
 
 Session options (docs/agent.md explains each): turn detection "vad", interruption mode "vad" with
 `INTERRUPT_MIN_SPEECH_S`, `resume_false_interruption` from config (off by default), preemptive generation
@@ -81,6 +82,14 @@ def _interrupt_signal(handle: Any) -> asyncio.Future[None] | None:
     """The future the framework resolves the moment it interrupts `handle` (None if it is gone)."""
     fut = getattr(handle, "_interrupt_fut", None)
     return fut if isinstance(fut, asyncio.Future) else None
+
+
+_CAUSES = {"audio_activity": "vad", "user_turn": "user_turn", "programmatic": "api"}
+
+
+def _interrupt_cause(handle: Any) -> str:
+    """Why the framework interrupted `handle` (its first interrupt's `source`): vad | user_turn | api."""
+    return _CAUSES.get(str(getattr(handle, "_interrupt_source", None)), "interrupted")
 
 
 GIL_SWITCH_INTERVAL_S = 0.0005
@@ -289,7 +298,9 @@ class Call:
         interrupt it): the controller knows the speech, its live interrupted flag and its end."""
         handle = ev.speech_handle
         controller = self.controller
-        controller.on_speech_created(handle.id, is_interrupted=lambda: bool(handle.interrupted))
+        controller.on_speech_created(
+            handle.id, is_interrupted=lambda: bool(handle.interrupted), cause=lambda: _interrupt_cause(handle)
+        )
         handle.add_done_callback(lambda h: controller.on_speech_done(h.id, interrupted=bool(h.interrupted)))
         fut = _interrupt_signal(handle)
         if fut is not None:

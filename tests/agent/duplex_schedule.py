@@ -198,6 +198,8 @@ class ScheduleRunner:
         if self.backend.active_streams:
             out.violations.append(f"{self.backend.active_streams} engine stream(s) open after close")
         out.traces = list(call.collector.records)
+        if call.controller.illegal_transitions:
+            out.violations.append(f"{call.controller.illegal_transitions} illegal state transition(s)")
         self._check_traces(call, out, frames, handles, closed=state["closing"] is not None)
         out.wall_s = time.perf_counter() - t0
         return out

@@ -29,6 +29,7 @@ async def test_interrupt_when_the_speech_is_created(runner: ScheduleRunner, tick
     first, second = out.traces
     assert first["outcome"] == "interrupted" and first["errors"] == []
     assert first["interruptions"][0]["frames_published"] == 0
+    assert first["interruptions"][0]["source"] == "api"  # the framework's reason, not a guess
     assert second["outcome"] == "answered"
 
 

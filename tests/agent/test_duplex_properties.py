@@ -101,6 +101,7 @@ def stage() -> Iterator[Stage]:
         s.close()
 
 
+@pytest.mark.timeout(max(600, SCHEDULES))  # ~0.15 s a schedule on 2 shared cores; 1,000 take ~2.5 min
 @settings(max_examples=SCHEDULES, deadline=None, print_blob=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(plan=schedules)

@@ -75,3 +75,27 @@ def test_bad_arguments_are_named() -> None:
         timeout=120,
     )
     assert proc.returncode == 2 and "--rounds 0 is out of range" in proc.stderr
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="the simulated user speaks with espeak-ng")
+def test_stress_precise_instants(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    """One round per milestone (speech created, LLM request, LLM first token, first segment, first packet,
+    frames 1/2/4/8), each cut by the public interrupt() inside the callback that reports it (0 ticks)."""
+    out = tmp_path / "instants"
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent.stress", "--rounds", "9", "--instants", "--out", str(out),
+         "--model-dir", str(tiny_checkpoint)],
+        cwd=ROOT, capture_output=True, text=True, timeout=240,
+    )
+    summary_path = out / "instants.json"
+    assert summary_path.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads(summary_path.read_text())
+    detail = json.dumps({k: summary[k] for k in ("stuck", "untruthful", "error_log")}, indent=1)
+    assert summary["rounds"] == 9 and summary["rounds_interrupted"] == 9, detail
+    assert all(cell["zero_ticks"] == 1 for cell in summary["coverage"].values()), summary["coverage"]
+    for key in ("stuck_states", "stale_frames_after_cancel", "untruthful_outcomes", "turn_errors",
+                "leaked_tasks", "engine_slots_in_use_at_end", "error_log_lines"):
+        assert summary[key] == 0, (key, detail)
+    assert summary["pass"] and proc.returncode == 0
+    rounds = [json.loads(line) for line in (out / "instants.jsonl").read_text().splitlines()]
+    assert [r["outcome"] for r in rounds] == ["interrupted"] * 9
