@@ -590,7 +590,9 @@ def main(argv: list[str] | None = None) -> int:
         if mode != "stress":
             print("agent.stress: --instants goes with --rounds", file=sys.stderr)
             return 2
-        return _main_instants(args, cfg, out)
+        from agent.stress_instants import main_instants
+
+        return main_instants(args, cfg, out)
     opts = StressOptions(
         mode=mode,
         count=args.rounds if mode == "stress" else args.turns,
@@ -628,34 +630,6 @@ def main(argv: list[str] | None = None) -> int:
     for key in ("error_lines", "stuck", "leaked"):
         for line in summary[key]:
             print(f"[{mode}] {key}: {line}", file=sys.stderr)
-    return 0 if summary["pass"] else 1
-
-
-def _main_instants(args: argparse.Namespace, cfg: AgentConfig, out: Path) -> int:
-    from agent.stress_instants import run_instants, summarize, write
-
-    backend, engine = load_backend(args, out)
-    tune_runtime()
-    error_log = ErrorLog()
-    logging.getLogger().addHandler(error_log)
-    t0 = time.perf_counter()
-    try:
-        vad = load_vad(cfg)
-        records, extra = asyncio.run(run_instants(
-            args.rounds, cfg, backend, vad, speech_cache=out / "speech", turn_timeout_s=args.turn_timeout_s,
-            progress=lambda text: print(f"[instants] {text}", flush=True)))
-        streams = int(engine.active_streams()) if engine is not None else int(backend.active_streams)
-    finally:
-        logging.getLogger().removeHandler(error_log)
-        if engine is not None:
-            engine.close()
-    summary = summarize(records, extra, streams, time.perf_counter() - t0)
-    summary["error_log_lines"] = len(error_log.lines)
-    summary["error_log"] = error_log.lines[:50]
-    summary["targets"]["error_log_lines"] = not error_log.lines
-    summary["pass"] = all(summary["targets"].values())
-    write(out, records, summary)
-    print(json.dumps({k: v for k, v in summary.items() if k not in ("error_log", "stuck", "untruthful")}, indent=2))
     return 0 if summary["pass"] else 1
 
 

@@ -233,3 +233,34 @@ def write(out: Path, records: list[Round], summary: dict[str, Any]) -> None:
     with (out / "instants.jsonl").open("w", encoding="utf-8") as fh:
         for rec in records:
             fh.write(json.dumps(dataclasses.asdict(rec)) + "\n")
+
+
+def main_instants(args: Any, cfg: Any, out: Path) -> int:
+    """`python -m agent.stress --rounds N --instants` (argument checks done by agent.stress)."""
+    from agent.simulate import load_backend, load_vad
+    from agent.stress import ErrorLog
+    from agent.voice import tune_runtime
+
+    backend, engine = load_backend(args, out)
+    tune_runtime()
+    error_log = ErrorLog()
+    logging.getLogger().addHandler(error_log)
+    t0 = time.perf_counter()
+    try:
+        vad = load_vad(cfg)
+        records, extra = asyncio.run(run_instants(
+            args.rounds, cfg, backend, vad, speech_cache=out / "speech", turn_timeout_s=args.turn_timeout_s,
+            progress=lambda text: print(f"[instants] {text}", flush=True)))
+        streams = int(engine.active_streams()) if engine is not None else int(backend.active_streams)
+    finally:
+        logging.getLogger().removeHandler(error_log)
+        if engine is not None:
+            engine.close()
+    summary = summarize(records, extra, streams, time.perf_counter() - t0)
+    summary["error_log_lines"] = len(error_log.lines)
+    summary["error_log"] = error_log.lines[:50]
+    summary["targets"]["error_log_lines"] = not error_log.lines
+    summary["pass"] = all(summary["targets"].values())
+    write(out, records, summary)
+    print(json.dumps({k: v for k, v in summary.items() if k not in ("error_log", "stuck", "untruthful")}, indent=2))
+    return 0 if summary["pass"] else 1
