@@ -166,7 +166,11 @@ class ChainedStream:
                     raise StopAsyncIteration
                 if self._ended:  # cancelled while waiting for text
                     raise StopAsyncIteration
-                self._current = self._open_segment(text, f"{self.request_id}.{self._segments_started}")
+                try:
+                    self._current = self._open_segment(text, f"{self.request_id}.{self._segments_started}")
+                except BaseException as exc:  # engine closed: this chain ends and gives its reservation back
+                    self._finish("error", str(exc))
+                    raise
                 self._segments_started += 1
             try:
                 packet = await self._current.__anext__()

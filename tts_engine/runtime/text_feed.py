@@ -268,3 +268,11 @@ class TokenTextStream:
 
     def codes(self) -> Any:
         return self._handle.codes()
+
+    def __del__(self) -> None:
+        # dropped without cancel(): the handle's own __del__ flags the stream; wake the worker so that a parked
+        # stream frees its slot now rather than at the next request (a queue put: safe from any thread)
+        handle = getattr(self, "_handle", None)
+        if handle is not None and not handle.finished:
+            handle._channel.cancel_requested = True  # noqa: SLF001 - what the handle's __del__ does, before the wake
+            self._wake()
