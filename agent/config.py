@@ -52,6 +52,7 @@ class AgentConfig:
     false_interruption_timeout_s: float = 2.0
     aec_warmup_s: float = 3.0  # 0 disables (tests, headphones)
     audio_queue_ms: int = 100
+    audio_cut_silence_ms: int = 60  # silent frames sent after a cut (agent/output.py says why); 0 = off
     agent_instructions: str = (
         "You are a friendly voice assistant. Answer in one to three short spoken sentences, "
         "in the user's language, without markdown, lists or emoji."
@@ -105,6 +106,7 @@ class AgentConfig:
             false_interruption_timeout_s=env.float("FALSE_INTERRUPTION_TIMEOUT_S", 2.0, lo=0.1, hi=30.0),
             aec_warmup_s=env.float("AEC_WARMUP_S", 3.0, lo=0.0, hi=30.0),
             audio_queue_ms=env.int("AUDIO_QUEUE_MS", 100, lo=20, hi=2000),
+            audio_cut_silence_ms=env.int("AUDIO_CUT_SILENCE_MS", 60, lo=0, hi=500),
             agent_instructions=env.str("AGENT_INSTRUCTIONS", cls.agent_instructions),
             apology_text=env.str("AGENT_APOLOGY_TEXT", cls.apology_text),
             job_executor=env.choice("AGENT_JOB_EXECUTOR", "thread", ("thread", "process")),

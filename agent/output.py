@@ -16,6 +16,9 @@ Contract with the DuplexController: frames carry `userdata["reply_id"]`; `silenc
 reply's gate (later frames of it are dropped, never captured) and clears the queue, returning the time;
 `on_frame_published` / `on_playout_finished` / `on_clear_buffer` report back. `frame_observer` sees
 every frame actually captured (the simulator's timestamping hook).
+After a cut (`silence`, `clear_buffer`) the source sends `cut_silence_ms` of digital silence: a listener whose
+packets simply stop hears WebRTC's packet-loss concealment stretch and fade the last sound for tens of ms;
+silent packets end the agent's voice at once. They belong to no reply (never counted as published frames).
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ class RtcAudioOutput(io.AudioOutput):
         *,
         sample_rate: int = 24_000,
         queue_ms: int = 100,
+        cut_silence_ms: int = 60,
         pause_capable: bool = False,
         source: rtc.AudioSource | None = None,
         controller: DuplexController | None = None,
@@ -79,6 +83,8 @@ class RtcAudioOutput(io.AudioOutput):
         self._finish_tasks: list[tuple[asyncio.Task[None], str | None, float]] = []
         self._resumed = asyncio.Event()
         self._resumed.set()
+        self.cut_silence_ms = cut_silence_ms
+        self._silence_tail: asyncio.Task[None] | None = None
 
     async def warmup(self) -> None:
         """Exercise the FFI capture path once on a private source (never published): the first capture in
@@ -95,7 +101,26 @@ class RtcAudioOutput(io.AudioOutput):
     def silence(self, reply_id: str) -> float:
         self._silenced.add(reply_id)
         self.source.clear_queue()
-        return time.perf_counter()
+        t = time.perf_counter()
+        self._end_with_silence()
+        return t
+
+    def _end_with_silence(self) -> None:
+        if self.cut_silence_ms <= 0 or (self._silence_tail is not None and not self._silence_tail.done()):
+            return
+        try:
+            self._silence_tail = asyncio.get_running_loop().create_task(self._send_silence())
+        except RuntimeError:  # no loop (closing): nothing is playing either
+            self._silence_tail = None
+
+    async def _send_silence(self) -> None:
+        rate = self.source.sample_rate
+        spf = rate // 50
+        captured = self.frames_captured
+        for _ in range(max(1, self.cut_silence_ms // 20)):
+            if self.frames_captured != captured:  # the next reply already speaks: its own audio follows
+                return
+            await self.source.capture_frame(rtc.AudioFrame(bytes(spf * 2), rate, 1, spf))
 
     def _allowed(self, reply_id: str) -> bool:
         """The reply's gate is open: not silenced, and its speech not interrupted (the controller reads the
@@ -168,6 +193,7 @@ class RtcAudioOutput(io.AudioOutput):
         if self.controller is not None:
             self.controller.on_clear_buffer(reply_id)
         self.source.clear_queue()
+        self._end_with_silence()
         finished: list[tuple[str | None, float]] = []
         for task, rid, captured in self._finish_tasks:
             task.cancel()
@@ -195,5 +221,9 @@ class RtcAudioOutput(io.AudioOutput):
     async def aclose(self) -> None:
         for task, _, _ in self._finish_tasks:
             task.cancel()
+        if self._silence_tail is not None:
+            self._silence_tail.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._silence_tail
         with contextlib.suppress(Exception):
             await self.source.aclose()

@@ -241,6 +241,7 @@ class Call:
         self.controller = DuplexController(self.collector)
         self.output = RtcAudioOutput(
             queue_ms=cfg.audio_queue_ms,
+            cut_silence_ms=cfg.audio_cut_silence_ms,
             pause_capable=cfg.resume_false_interruption,
             controller=self.controller,
             frame_observer=frame_observer,

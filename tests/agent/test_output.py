@@ -62,6 +62,7 @@ async def test_flush_then_clear_reports_one_interrupted_finish() -> None:
 
 async def test_silenced_reply_frames_are_never_captured() -> None:
     out, records, _ = make()
+    out.cut_silence_ms = 0  # the silent tail after a cut has its own test below
     await out.capture_frame(frame("r1"))
     t = out.silence("r1")
     await out.capture_frame(frame("r1"))
@@ -69,6 +70,20 @@ async def test_silenced_reply_frames_are_never_captured() -> None:
     assert [r.reply_id for r in records] == ["r1", "r2"]
     assert records[0].t_end <= t
     assert out.frames_dropped == 1 and out.source.queued_duration <= 0.021
+    await out.aclose()
+
+
+async def test_a_cut_ends_with_silent_frames_that_belong_to_no_reply() -> None:
+    out, records, _ = make()
+    await out.capture_frame(frame("r1"))
+    out.silence("r1")
+    await asyncio.sleep(0.01)  # the tail is sent from the loop, after the cut returned
+    assert 0.03 < out.source.queued_duration <= 0.065  # up to 60 ms of digital silence (it plays out in real time)
+    assert out.frames_captured == 1 and [r.reply_id for r in records] == ["r1"]  # not counted as published
+    # a reply that starts at once is not held back by more than one silent frame
+    out.silence("r1")
+    await out.capture_frame(frame("r2"))
+    assert out.source.queued_duration <= 0.085
     await out.aclose()
 
 
