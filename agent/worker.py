@@ -165,8 +165,21 @@ def worker_config() -> AgentConfig:
 
 
 def run_cli(argv: list[str]) -> int:
-    """Hand `argv` (e.g. ["dev"] or ["start", "--log-level", "info"]) to LiveKit's CLI."""
+    """Hand `argv` (e.g. ["dev"] or ["start", "--log-level", "info"]) to LiveKit's CLI.
+
+    A configured checkpoint is checked first (the doctor reads headers only), so a broken one stops the
+    worker with one line per problem and exit 2, instead of a traceback inside LiveKit's prewarm."""
     cfg = worker_config()
+    if not cfg.tts_engine_url:
+        from tts_engine import EngineConfig
+        from tts_engine.doctor import diagnose
+
+        model_dir = EngineConfig.from_env().model_dir
+        diagnosis = diagnose(model_dir) if model_dir else None
+        if diagnosis is not None and not diagnosis.ok:
+            for line in diagnosis.problems:
+                print(f"TTS_DEEP_STREAM_MODEL_DIR: {line}", file=sys.stderr)
+            return 2
     sys.argv = ["agent", *argv]
     cli.run_app(build_options(cfg))
     return 0
