@@ -85,7 +85,7 @@ svc_enabled() {
   esac
 }
 svc_switch() {
-  case $1 in livekit) echo "LIVEKIT_URL= (empty)" ;; local_llm) echo "LLM_BASE_URL= (empty)" ;; llm) echo "LLM_LOCAL=1" ;; tts) echo "TTS_STANDALONE=1" ;; token) echo "TOKEN_SERVER=0" ;; agent) echo "AGENT=0" ;; esac
+  case $1 in livekit) echo "LIVEKIT_URL empty" ;; local_llm) echo "LLM_BASE_URL empty and LLM_LOCAL=0" ;; llm) echo "LLM_LOCAL=1" ;; tts) echo "TTS_STANDALONE=1" ;; token) echo "TOKEN_SERVER=1" ;; agent) echo "AGENT=1" ;; esac
 }
 svc_cmd() {
   case $1 in
