@@ -21,13 +21,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=10, help="questions in the call (default 10)")
     parser.add_argument("--gap", type=float, default=7.0, help="seconds after each question (default 7)")
     parser.add_argument("--out", type=Path, required=True, help="folder for callbench.json and callbench.md")
+    parser.add_argument("--text-input", choices=("segments", "tokens"), default="segments",
+                        help="how the agent hands LLM text to the engine (TTS_TEXT_INPUT; default segments)")
     args = parser.parse_args(argv)
     if not 1 <= args.turns <= 50:
         parser.error(f"--turns={args.turns} is out of range (allowed: 1..50)")
     if not 3.0 <= args.gap <= 60.0:
         parser.error(f"--gap={args.gap} is out of range (allowed: 3..60 seconds)")
     with tempfile.TemporaryDirectory(prefix="callbench-") as tmp:
-        report = run(Path(tmp), turns=args.turns, gap_s=args.gap)
+        report = run(Path(tmp), turns=args.turns, gap_s=args.gap, text_input=args.text_input)
     write(report, args.out)
     print(markdown(report))
     c = report["counts"]

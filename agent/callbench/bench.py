@@ -85,10 +85,31 @@ def device() -> str:
     return f"{model}, {os.cpu_count()} cores (CPU only: embedded defaults)"
 
 
-def run(workdir: Path, *, turns: int, gap_s: float, hangover_ms: float = 200.0) -> dict[str, Any]:
+def receiver_stats(inbound: list[dict]) -> dict[str, float | None]:
+    """The browser's WebRTC receiver for the agent's track: what its jitter buffer held, and how much audio it
+    had to conceal (packets that came late or not at all)."""
+    agent = next((i for i in inbound if i.get("isAgent")), None)
+    if agent is None:
+        return {}
+    emitted = agent.get("jitterBufferEmittedCount") or 0
+    total = agent.get("totalSamplesReceived") or 0
+    return {
+        "jitter_buffer_avg_ms": round(agent["jitterBufferDelay"] / emitted * 1000, 1) if emitted else None,
+        "interarrival_jitter_ms": round(agent["jitter"] * 1000, 1) if agent.get("jitter") is not None else None,
+        "concealed_share": round(agent["concealedSamples"] / total, 4) if total else None,
+        "concealment_events": agent.get("concealmentEvents"),
+        "packets_lost": agent.get("packetsLost"),
+    }
+
+
+def run(
+    workdir: Path, *, turns: int, gap_s: float, hangover_ms: float = 200.0, text_input: str = "segments"
+) -> dict[str, Any]:
     wav = workdir / "questions.wav"
     chosen = questions_wav(wav, turns, gap_s)
-    stack = LocalStack(workdir / "stack", LLM_MAX_TOKENS="40", VAD_SILENCE_MS=str(int(hangover_ms)))
+    stack = LocalStack(
+        workdir / "stack", LLM_MAX_TOKENS="40", VAD_SILENCE_MS=str(int(hangover_ms)), TTS_TEXT_INPUT=text_input
+    )
     stack.start()
     try:
         with BrowserCall(stack.page_url, wav) as call:
@@ -125,7 +146,8 @@ def run(workdir: Path, *, turns: int, gap_s: float, hangover_ms: float = 200.0) 
         "command": "python -m agent.callbench " + " ".join(sys.argv[1:]),
         "device": device(),
         "versions": versions(),
-        "config": {"turns": turns, "gap_s": gap_s, "vad_hangover_ms": hangover_ms, "llm_max_tokens": 40},
+        "config": {"turns": turns, "gap_s": gap_s, "vad_hangover_ms": hangover_ms, "llm_max_tokens": 40,
+                   "tts_text_input": text_input},
         "counts": {
             "questions": turns,
             "transcripts_recognised": recognised,
@@ -140,6 +162,7 @@ def run(workdir: Path, *, turns: int, gap_s: float, hangover_ms: float = 200.0) 
         "turns": {k: summary(turn_rows, k) for k in keys},
         "barge_in": {k: summary(barge_rows, k) for k in ("onset_to_decision_ms", "decision_to_silence_ms",
                                                           "onset_to_silence_ms")},  # fmt: skip
+        "receiver": receiver_stats(snap["inbound"]),
         "targets": TARGETS,
         "turn_rows": turn_rows,
         "barge_in_rows": barge_rows,
@@ -173,10 +196,18 @@ def markdown(report: dict[str, Any]) -> str:
     for key, row in report["turns"].items():
         lines.append(f"| {key} | {row['n']} | {row['p50']} | {row['p95']} |")
     lines += ["", "| barge-in (ms) | n | P50 | P95 |", "|---|---|---|---|"]
+    r = report.get("receiver", {})
+    receiver_line = (
+        f"Browser receiver (agent track): jitter buffer {r.get('jitter_buffer_avg_ms')} ms on average, interarrival "
+        f"jitter {r.get('interarrival_jitter_ms')} ms, {r.get('concealed_share')} of samples concealed "
+        f"({r.get('concealment_events')} events), {r.get('packets_lost')} packets lost."
+    )
     for key, row in report["barge_in"].items():
         lines.append(f"| {key} | {row['n']} | {row['p50']} | {row['p95']} |")
     v = report["verdict"]
     lines += [
+        "",
+        receiver_line,
         "",
         f"Targets: transport + framework overhead P95 <= {report['targets']['overhead_p95_ms']:.0f} ms: "
         f"{v['overhead_p95_ms']}; barge-in decision -> silence at the browser P95 <= "

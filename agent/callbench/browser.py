@@ -44,7 +44,9 @@ SNAPSHOT_JS = """async () => {
             identity: p.identity, isAgent: p.isAgent, bytesReceived: s.bytesReceived,
             packetsReceived: s.packetsReceived, audioLevel: s.audioLevel ?? null,
             totalAudioEnergy: s.totalAudioEnergy ?? null, jitterBufferDelay: s.jitterBufferDelay ?? null,
-            jitterBufferEmittedCount: s.jitterBufferEmittedCount ?? null,
+            jitterBufferEmittedCount: s.jitterBufferEmittedCount ?? null, jitter: s.jitter ?? null,
+            concealedSamples: s.concealedSamples ?? null, totalSamplesReceived: s.totalSamplesReceived ?? null,
+            concealmentEvents: s.concealmentEvents ?? null, packetsLost: s.packetsLost ?? null,
           });
         });
       }
