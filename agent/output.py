@@ -84,6 +84,10 @@ class RtcAudioOutput(io.AudioOutput):
         self._resumed = asyncio.Event()
         self._resumed.set()
         self.cut_silence_ms = cut_silence_ms
+        # the rtc.AudioSource refuses a capture while another is in flight (RtcError InvalidState), and one is
+        # still in flight after the task awaiting it was cancelled (a cut): `_capture` makes them take turns
+        self._capture_lock = asyncio.Lock()
+        self._inflight: asyncio.Future[None] | None = None
         self._silence_tail: asyncio.Task[None] | None = None
 
     async def warmup(self) -> None:
@@ -120,7 +124,20 @@ class RtcAudioOutput(io.AudioOutput):
         for _ in range(max(1, self.cut_silence_ms // 20)):
             if self.frames_captured != captured:  # the next reply already speaks: its own audio follows
                 return
-            await self.source.capture_frame(rtc.AudioFrame(bytes(spf * 2), rate, 1, spf))
+            await self._capture(rtc.AudioFrame(bytes(spf * 2), rate, 1, spf))
+
+    async def _capture(self, frame: rtc.AudioFrame) -> float:
+        """Capture into the source, one at a time even across cancelled callers; returns the start time."""
+        async with self._capture_lock:
+            prev = self._inflight
+            if prev is not None and not prev.done():
+                await asyncio.wait([prev])  # the source finishes it whether or not anyone awaits it
+            t_start = time.perf_counter()
+            fut = asyncio.ensure_future(self.source.capture_frame(frame))
+            fut.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved, never "never retrieved"
+            self._inflight = fut
+            await asyncio.shield(fut)
+            return t_start
 
     def _allowed(self, reply_id: str) -> bool:
         """The reply's gate is open: not silenced, and its speech not interrupted (the controller reads the
@@ -146,8 +163,7 @@ class RtcAudioOutput(io.AudioOutput):
             if not self._allowed(reply_id):
                 self.frames_dropped += 1
                 return
-        t_start = time.perf_counter()
-        await self.source.capture_frame(frame)
+        t_start = await self._capture(frame)
         t_end = time.perf_counter()
         if not self._allowed(reply_id):
             # cut while this capture was in flight: clear it out of the queue; it never plays, so it is
