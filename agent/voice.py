@@ -382,6 +382,7 @@ class Call:
         try:
             await self.session.aclose()
         finally:
+            self.controller.close()  # again: a user turn that ended while the session was closing is written too
             await self.output.aclose()
             await self.stt.aclose()
             release_free_memory()  # this call's buffers are garbage now; give their pages back

@@ -68,3 +68,25 @@ async def test_frame_in_flight_at_the_cut_is_not_stale(runner: ScheduleRunner) -
         out = await runner.run([TurnPlan(words=6), TurnPlan(words=6, cut=Cut("vad", "tts_packet", nth=3,
                                                                              ticks=ticks))])
         assert out.violations == []
+
+
+async def test_user_turn_ending_while_the_call_closes_is_traced(runner: ScheduleRunner) -> None:
+    """Found by the long property run (a close cut, flaky there): a user turn that ends while the session
+    is closing opened a trace that nobody finished (3 turns opened, 2 traced)."""
+    from agent.voice import Call
+    from tests.agent.duplex_harness import FastSource, ScriptedMic, fast_config
+
+    call = Call(fast_config(runner.server.base_url), vad=runner.vad, backend=runner.backend, traces_dir=None)
+    call.output.source = FastSource()  # type: ignore[assignment]
+    call.session.options.session_close_transcript_timeout = 0.01
+    await call.start(audio_input=ScriptedMic())
+    close_session = call.session.aclose
+
+    async def closing() -> None:
+        call.controller.on_user_turn_ended()  # the VAD's end of speech lands mid-close
+        await close_session()
+
+    call.session.aclose = closing  # type: ignore[method-assign]
+    await call.aclose()
+    assert call.collector._count == 1 and len(call.collector.records) == 1
+    assert call.collector.records[0]["outcome"] == "no_transcript"
