@@ -119,6 +119,6 @@ def test_the_harness_can_see_a_violation(stage: Stage, monkeypatch: Any) -> None
     monkeypatch.setattr(DuplexController, "on_speech_interrupted", lambda self, key, t=None: None)
     monkeypatch.setattr(DuplexController, "frame_allowed", lambda self, reply_id: True)
     monkeypatch.setattr("tests.agent.duplex_schedule.SETTLE_S", 0.5)
-    monkeypatch.setattr(DuplexController, "on_speech_created", lambda self, key, *, is_interrupted=None: None)
+    monkeypatch.setattr(DuplexController, "on_speech_created", lambda self, key, **kw: None)
     violations = stage.run([TurnPlan(cut=Cut("api", "speech_created")), TurnPlan()])
     assert any(v.startswith("stuck") for v in violations), violations
