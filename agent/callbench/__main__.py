@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     write(report, args.out)
     print(markdown(report))
     c = report["counts"]
-    ok = c["transcripts_recognised"] == c["replies_heard"] == args.turns and c["errors"] == 0
+    ok = c["transcripts"] == c["replies_heard"] == c["traces_complete"] == args.turns and c["errors"] == 0
     return 0 if ok and all(v == "pass" for v in report["verdict"].values()) else 1
 
 

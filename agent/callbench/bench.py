@@ -37,7 +37,7 @@ QUESTIONS = [
     ("Can you recommend a good book?", "recommend"),
     ("What is the weather like?", "weather"),
     ("Please count to five.", "count"),
-    ("Who wrote Romeo and Juliet?", "romeo"),
+    ("Who wrote Romeo and Juliet?", "juliet"),
     ("What is your favourite color?", "color"),
     ("Thank you, goodbye.", "thank"),
 ]
@@ -150,7 +150,8 @@ def run(
                    "tts_text_input": text_input},
         "counts": {
             "questions": turns,
-            "transcripts_recognised": recognised,
+            "transcripts": len(heard),  # final user transcripts shown on the page
+            "transcripts_recognised": recognised,  # of those, how many hold the question's key word
             "replies_heard": sum(r["type"] == "turn" for r in snap["log"]),
             "traces": len(traces),
             "traces_complete": sum(bool(t["complete"]) for t in answered),
@@ -185,7 +186,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"`{report['command']}` (livekit-server {report['versions']['livekit-server']}, livekit-agents "
         f"{report['versions']['livekit-agents']}, {report['versions']['chromium']})",
         "",
-        f"{c['questions']} questions in one browser call: {c['transcripts_recognised']} recognised, "
+        f"{c['questions']} questions in one browser call: {c['transcripts']} transcripts "
+        f"({c['transcripts_recognised']} with the question's key word), "
         f"{c['replies_heard']} replies heard, {c['traces_complete']}/{c['traces_answered']} answered turns traced "
         f"with all nine points, {c['errors']} errors; {c['barge_ins_heard']} barge-ins heard, "
         f"{c['barge_ins_ignored']} ignored.",
