@@ -34,6 +34,7 @@ import time
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from livekit import rtc
@@ -144,20 +145,33 @@ class QwenTTS(tts.TTS):
                     hooks.on_first_text(time.perf_counter())
             if hooks.on_segment:
                 hooks.on_segment(segment)
-            cutter = FrameCutter(self.samples_per_frame, reply_id)
-            t_last = time.perf_counter()
             stream = self.backend.stream(segment, speaker=self.speaker, language=self.language)
             async with contextlib.aclosing(stream):  # type: ignore[type-var]
-                async for packet in stream:
-                    if first_packet:
-                        first_packet = False
-                        if hooks.on_first_packet:
-                            hooks.on_first_packet(packet.t_ready)
-                    t_last = packet.t_ready
-                    for frame in cutter.push(packet.pcm, packet.t_ready):
-                        emit(frame)
-            for frame in cutter.flush(t_last):
+                on_first = hooks.on_first_packet if first_packet else None
+                first_packet = not await self._play(stream, reply_id, emit, on_first) and first_packet
+
+    async def _play(
+        self,
+        packets: AsyncIterable[Any],
+        reply_id: str,
+        emit: Callable[[rtc.AudioFrame], None],
+        on_first_packet: Callable[[float], None] | None,
+    ) -> bool:
+        """Cut each engine packet into exact frames the moment it lands; True when any packet came."""
+        cutter = FrameCutter(self.samples_per_frame, reply_id)
+        t_last = time.perf_counter()
+        any_packet = False
+        async for packet in packets:
+            if not any_packet:
+                any_packet = True
+                if on_first_packet is not None:
+                    on_first_packet(packet.t_ready)
+            t_last = packet.t_ready
+            for frame in cutter.push(packet.pcm, packet.t_ready):
                 emit(frame)
+        for frame in cutter.flush(t_last):
+            emit(frame)
+        return any_packet
 
     async def _synthesize(self, text: AsyncIterable[str], emit: Callable[[rtc.AudioFrame], None], *,
                           reply_id: str, hooks: SynthesisHooks) -> None:
@@ -201,20 +215,8 @@ class QwenTTS(tts.TTS):
                     hooks.on_segment("".join(pushed))
 
         feeder = asyncio.create_task(feed(), name=f"tts-text-feed-{reply_id}")
-        cutter = FrameCutter(self.samples_per_frame, reply_id)
-        t_last = time.perf_counter()
         try:
-            first_packet = True
-            async for packet in stream:
-                if first_packet:
-                    first_packet = False
-                    if hooks.on_first_packet:
-                        hooks.on_first_packet(packet.t_ready)
-                t_last = packet.t_ready
-                for frame in cutter.push(packet.pcm, packet.t_ready):
-                    emit(frame)
-            for frame in cutter.flush(t_last):
-                emit(frame)
+            await self._play(stream, reply_id, emit, hooks.on_first_packet)
             await feeder  # the reply's text is complete (and surfaces an LLM-side exception)
         finally:
             await stream.aclose()  # stops the engine's work for this reply now (barge-in)
