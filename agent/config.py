@@ -16,16 +16,17 @@ from tts_engine.env import Env
 
 @dataclass(frozen=True)
 class AgentConfig:
-    livekit_url: str = ""
-    livekit_default: bool = False  # LIVEKIT_URL was empty: the local server (scripts/start_all.sh: livekit)
+    # the field defaults are what `from_env({})` gives: every production part empty, so the embedded defaults
+    livekit_url: str = "ws://127.0.0.1:7880"
+    livekit_default: bool = True  # LIVEKIT_URL was empty: the local server (scripts/start_all.sh: livekit)
     livekit_api_key: str = ""
     livekit_api_secret: str = ""
     agent_name: str = "voice-agent"
-    llm_base_url: str = "http://127.0.0.1:8000/v1"
-    llm_model: str = "qwen3-omni"
+    llm_base_url: str = "http://127.0.0.1:8012/v1"
+    llm_model: str = LOCAL_LLM_MODEL
     llm_api_key: str = "EMPTY"
-    llm_default: bool = False  # LLM_BASE_URL was empty: the local llama.cpp server (agent/local/llm_server.py)
-    stt_base_url: str = "http://127.0.0.1:8000/v1"  # "" = faster-whisper in this process (agent/local/)
+    llm_default: bool = True  # LLM_BASE_URL was empty: the local llama.cpp server (agent/local/llm_server.py)
+    stt_base_url: str = ""  # "" = faster-whisper in this process (agent/local/)
     stt_model: str = "qwen3-omni"
     llm_max_tokens: int = 150
     http_port: int = 8081  # the worker's health server (GET / and /worker); start_all probes it

@@ -77,3 +77,7 @@ def test_whisper_stt_hears_real_speech() -> None:
 
     text = asyncio.run(recognize()).lower()
     assert "hear" in text, text
+
+
+def test_field_defaults_are_what_an_empty_environment_gives() -> None:
+    assert AgentConfig() == AgentConfig.from_env({})
