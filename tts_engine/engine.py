@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import logging
 import secrets
 import threading
@@ -248,9 +249,10 @@ class Engine(TextStreams):
         options = self._check_call(text, speaker, language, packet_frames=packet_frames,
                                    first_packet_frames=first_packet_frames, seed=seed, max_frames=max_frames)
         text, rid = options.pop("text"), request_id or uuid.uuid4().hex[:16]
-        pieces = self._fitter.split(text, instruct)
-        if len(pieces) > 1:
-            return self._open_chain(SegmentSource(pieces, closed=True), len(text), rid, instruct, options)
+        pieces = self._fitter.iter_split(text, instruct)
+        head = list(itertools.islice(pieces, 2))  # the rest is cut while these are spoken
+        if len(head) > 1:
+            return self._open_chain(SegmentSource(head, closed=True, more=pieces), len(text), rid, instruct, options)
         return self._start(text, rid, instruct, options, reserve=True)
 
     def _check_call(self, text: object, speaker: object, language: object, *, packet_frames: object = None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tts_engine.text.segment import CLOSERS, find_boundaries, split_sentences, split_to_fit
+from tts_engine.text.segment import CLOSERS, find_boundaries, iter_split_to_fit, split_sentences, split_to_fit
 
 
 def squash(text: str) -> str:
@@ -63,6 +63,20 @@ def test_split_to_fit_packs_sentences_under_the_limit_and_keeps_everything() -> 
     assert pieces[0] == split_sentences(text)[0]  # the first sentence alone: a short first prefill
     for kept in ("1,234,567", "3.14", "https://api.example.com/v1.2/speech", "99.9%", "12:30", "Dr. Lee"):
         assert sum(p.count(kept) for p in pieces) == text.count(kept) > 0, kept  # no cut inside any of them
+
+
+def test_the_first_piece_of_a_long_text_is_cut_without_reading_the_whole_text() -> None:
+    text = MIXED * 100  # ~17,000 characters: cutting it all costs milliseconds before first audio (issue 16)
+    counted: list[int] = []
+
+    def count(piece: str) -> int:
+        counted.append(len(piece))
+        return len(piece)
+
+    pieces = iter_split_to_fit(text, count, 120)
+    head = [next(pieces), next(pieces)]
+    assert sum(counted) < 1_000  # the first sentences only, not the 17,000 characters
+    assert head + list(pieces) == split_to_fit(text, len, 120)
 
 
 def test_a_text_that_fits_stays_whole() -> None:

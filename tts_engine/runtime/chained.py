@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -32,7 +32,7 @@ from tts_engine.errors import TextTooLongError, TTSInputError
 from tts_engine.model.prompt import instruct_text
 from tts_engine.runtime.metrics import StreamMetrics
 from tts_engine.runtime.stream import Packet, StreamHandle
-from tts_engine.text.segment import SegmenterOptions, StreamSegmenter, split_to_fit
+from tts_engine.text.segment import SegmenterOptions, StreamSegmenter, iter_split_to_fit, split_to_fit
 
 #: talker prompt positions besides the text tokens: role (3) + codec prefix (at most 6) + tts_eos + the codec_bos row
 PROMPT_OVERHEAD = 11
@@ -66,12 +66,20 @@ class TextFitter:
     def split(self, text: str, instruct: str | None = None) -> list[str]:
         return split_to_fit(text, self.count, self.limit(instruct if isinstance(instruct, str) else None))
 
+    def iter_split(self, text: str, instruct: str | None = None) -> Iterator[str]:
+        """`split`, lazily: a long text's first piece is ready without cutting (and tokenizing) the whole text."""
+        return iter_split_to_fit(text, self.count, self.limit(instruct if isinstance(instruct, str) else None))
+
 
 class SegmentSource:
-    """Segments in order; `next()` waits for the next one and returns None once the text is complete."""
+    """Segments in order; `next()` waits for the next one and returns None once the text is complete. `more`, an
+    iterator of further segments, is read one segment at a time once the ready ones are spoken (a long text is cut
+    while its first segments play)."""
 
-    def __init__(self, segments: list[str] | None = None, *, closed: bool = False) -> None:
+    def __init__(self, segments: list[str] | None = None, *, closed: bool = False,
+                 more: Iterator[str] | None = None) -> None:
         self._ready: deque[str] = deque(segments or [])
+        self._more = more
         self._closed = closed
         self._wake: asyncio.Event | None = None
 
@@ -80,8 +88,15 @@ class SegmentSource:
         self._notify()
 
     def close(self) -> None:
+        """No segment is added after this; `more` is still read (cancelling uses `drop`)."""
         self._closed = True
         self._notify()
+
+    def drop(self) -> None:
+        """Forget every segment not yet started and close."""
+        self._ready.clear()
+        self._more = None
+        self.close()
 
     @property
     def closed(self) -> bool:
@@ -93,6 +108,13 @@ class SegmentSource:
 
     async def next(self) -> str | None:
         while not self._ready:
+            if self._more is not None:
+                piece = next(self._more, None)
+                if piece is None:
+                    self._more = None
+                else:
+                    self._ready.append(piece)
+                continue
             if self._closed:
                 return None
             self._wake = asyncio.Event()
@@ -160,6 +182,10 @@ class ChainedStream:
                     text = await self._source.next()
                 except asyncio.CancelledError:
                     self.cancel()
+                    raise
+                except Exception as exc:  # cutting the rest of a long text failed: end here, reservation back
+                    self._source.drop()
+                    self._finish("error", str(exc))
                     raise
                 if text is None:
                     self._finish("completed")
@@ -229,7 +255,7 @@ class ChainedStream:
         if self._current is not None:
             self._current.cancel()
             self._current = None
-        self._source.close()
+        self._source.drop()
         self._finish("cancelled")
 
     async def aclose(self) -> None:

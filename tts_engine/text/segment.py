@@ -24,8 +24,9 @@ Contract:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from itertools import chain
 
 CJK_SENTENCE = frozenset("。！？；…\n")
 CJK_CLAUSE = frozenset("，、：")
@@ -70,7 +71,11 @@ def _end_of_mark(buf: str, j: int) -> int:
 
 def find_boundaries(buf: str, final: bool = True) -> list[tuple[int, str]]:
     """(cut index, kind) of every punctuation boundary; kind is "sentence" or "clause" (see the module doc)."""
-    found: list[tuple[int, str]] = []
+    return list(iter_boundaries(buf, final))
+
+
+def iter_boundaries(buf: str, final: bool = True) -> Iterator[tuple[int, str]]:
+    """`find_boundaries`, one cut at a time: a caller that needs only the first cuts scans only that far."""
     n = len(buf)
     i = 0
     while i < n:
@@ -84,16 +89,15 @@ def find_boundaries(buf: str, final: bool = True) -> list[tuple[int, str]]:
         kind = "sentence" if any(c in CJK_SENTENCE or c in LATIN_SENTENCE for c in marks) else "clause"
         if j >= n:
             if final:
-                found.append((n, kind))
-            break  # not final: a closer, or a digit after "3.", may still come
+                yield n, kind
+            return  # not final: a closer, or a digit after "3.", may still come
         if not cjk_mark:  # Latin: only before whitespace or CJK, and not after an abbreviation
             nxt = buf[j]
             if not (nxt.isspace() or is_cjk(nxt)) or (ch == "." and buf[: i + 1].lower().endswith(ABBREVIATIONS)):
                 i = j
                 continue  # inside a number, URL, "e.g" or a word
-        found.append((j, kind))
+        yield j, kind
         i = j
-    return found
 
 
 def safe_cuts(buf: str) -> list[int]:
@@ -112,24 +116,37 @@ def safe_cuts(buf: str) -> list[int]:
 
 def split_sentences(text: str) -> list[str]:
     """The sentences of a complete text, stripped, closers attached, unspeakable pieces kept with a neighbour."""
-    return _pieces(text, [cut for cut, kind in find_boundaries(text, final=True) if kind == "sentence"])
+    return list(_iter_sentences(text))
+
+
+def _iter_sentences(text: str) -> Iterator[str]:
+    return _iter_pieces(text, (cut for cut, kind in iter_boundaries(text, final=True) if kind == "sentence"))
 
 
 def _pieces(text: str, cuts: list[int]) -> list[str]:
-    out: list[str] = []
+    return list(_iter_pieces(text, cuts))
+
+
+def _iter_pieces(text: str, cuts: Iterable[int]) -> Iterator[str]:
+    """The stripped pieces between cuts; a piece with nothing to say joins its neighbour. A piece is yielded once
+    the next one is known, since only the last piece can still change."""
+    last: str | None = None
     start = 0
-    for cut in [*cuts, len(text)]:
+    for cut in chain(cuts, [len(text)]):
         piece = text[start:cut].strip()
         start = cut
         if not piece:
             continue
-        if out and not speakable(piece):
-            out[-1] = f"{out[-1]}{piece}"  # a lone "..." or "”" joins the sentence before it
-        elif out and not speakable(out[-1]):
-            out[-1] = f"{out[-1]} {piece}"
+        if last is not None and not speakable(piece):
+            last = f"{last}{piece}"  # a lone "..." or "”" joins the sentence before it
+        elif last is not None and not speakable(last):
+            last = f"{last} {piece}"
         else:
-            out.append(piece)
-    return out
+            if last is not None:
+                yield last
+            last = piece
+    if last is not None:
+        yield last
 
 
 def _join(a: str, b: str) -> str:
@@ -187,22 +204,59 @@ def _units(text: str, count: Callable[[str], int], limit: int, level: int = 0,
     return out
 
 
+# Text longer than this many characters per unit of `limit` is not counted whole before it is split: no natural
+# text packs 8 characters into one token, and counting a 20,000-character text costs milliseconds before first audio.
+MAX_CHARS_PER_COST = 8
+
+
 def split_to_fit(text: str, count: Callable[[str], int], limit: int, join_cost: int = 1) -> list[str]:
     """Pieces of `text` whose `count` (e.g. text tokens) stays within `limit`, cut at sentence boundaries (see the
     module doc). A text that fits whole comes back as one piece. Each unit is counted once and a packed piece is
     costed as the sum of its units plus `join_cost` per join, so a margin in `limit` covers tokenizer merges
     across a join."""
+    return list(iter_split_to_fit(text, count, limit, join_cost))
+
+
+def iter_split_to_fit(text: str, count: Callable[[str], int], limit: int, join_cost: int = 1) -> Iterator[str]:
+    """`split_to_fit`, lazily: each piece is cut when it is asked for, so the first piece of a long text is ready
+    after reading its first sentences, not the whole text. A text over `MAX_CHARS_PER_COST * limit` characters is
+    split at its sentences without being counted whole (it cannot fit: see the constant)."""
     text = text.strip()
     if not text:
-        return []
-    units = _units(text, count, limit)
-    out: list[tuple[str, int, int]] = []
+        return
+    if len(text) <= MAX_CHARS_PER_COST * limit:
+        cost = count(text)
+        if cost <= limit:
+            yield text
+            return
+    groups = [1]  # the sentences are group 1; each deeper split takes the next number (see _units)
+    sentences = _iter_sentences(text)
+    first = next(sentences)
+    rest = next(sentences, None)
+    if rest is None:  # one sentence over the limit: clauses, words, then characters
+        units: Iterable[tuple[str, int, int]] = _units(text, count, limit, 1, groups)
+    else:
+        units = _sentence_units(chain([first, rest], sentences), count, limit, groups)
+    current: tuple[str, int, int] | None = None
     for index, (unit, cost, group) in enumerate(units):
-        if out and index != 1 and out[-1][2] == group and out[-1][1] + join_cost + cost <= limit:
-            out[-1] = (_join(out[-1][0], unit), out[-1][1] + join_cost + cost, group)
+        if current and index != 1 and current[2] == group and current[1] + join_cost + cost <= limit:
+            current = (_join(current[0], unit), current[1] + join_cost + cost, group)
         else:
-            out.append((unit, cost, group))
-    return [piece for piece, _, _ in out]
+            if current is not None:
+                yield current[0]
+            current = (unit, cost, group)
+    if current is not None:
+        yield current[0]
+
+
+def _sentence_units(sentences: Iterable[str], count: Callable[[str], int], limit: int,
+                    groups: list[int]) -> Iterator[tuple[str, int, int]]:
+    for sentence in sentences:
+        cost = count(sentence)
+        if cost <= limit:
+            yield sentence, cost, 1
+        else:
+            yield from _units(sentence, count, limit, 1, groups)
 
 
 @dataclass(frozen=True)
