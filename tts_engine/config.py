@@ -32,6 +32,7 @@ KNOWN_TTS_VARIABLES = (
     "TTS_DEEP_STREAM_CLIENT_BUFFER_MS",
     "TTS_TALKER_BATCHED_ATTENTION",  # runtime/fusion.py: sdpa (default) or reduce for many-row talker steps
     "TTS_DEEP_STREAM_MAX_POSITIONS",
+    "TTS_DEEP_STREAM_CPU_THREADS",
     "TTS_DEEP_STREAM_MAX_TEXT_CHARS",
     "TTS_DEEP_STREAM_MAX_BUFFER_SECONDS",
     "TTS_DEEP_STREAM_METRICS",
@@ -80,6 +81,10 @@ class EngineConfig:
     max_text_chars: int = 20_000  # one request, any length up to this: long text is cut into segments
     max_buffered_seconds: float = 600.0  # unread audio per stream before a slow consumer's stream is cancelled
     metrics: bool = True
+    # torch threads when the engine runs on a CPU (process-wide); 0 = torch's default. From the environment the
+    # default is one core fewer than the machine has: the worker's media path (WebRTC, VAD) needs a free core, or
+    # its 20 ms packets leave in bursts and listeners' jitter buffers grow (agent/callbench/results/notes.md).
+    cpu_threads: int = 0
     cudagraph_talker: bool = True  # only meaningful on CUDA
     cudagraph_predictor: bool = True
     cudagraph_decoder: bool = True
@@ -111,6 +116,7 @@ class EngineConfig:
             max_text_chars=env.int("TTS_DEEP_STREAM_MAX_TEXT_CHARS", 20_000, lo=1, hi=100_000),
             max_buffered_seconds=env.float("TTS_DEEP_STREAM_MAX_BUFFER_SECONDS", 600.0, lo=1.0, hi=86_400.0),
             metrics=env.bool("TTS_DEEP_STREAM_METRICS", True),
+            cpu_threads=env.int("TTS_DEEP_STREAM_CPU_THREADS", max(1, (os.cpu_count() or 1) - 1), lo=0, hi=1024),
             cudagraph_talker=env.bool("TTS_CODEGEN_CUDAGRAPH_TALKER", True),
             cudagraph_predictor=env.bool("TTS_CODEGEN_CUDAGRAPH_CP", True),
             cudagraph_decoder=env.bool("TTS_DECODER_CUDAGRAPH", True),

@@ -158,6 +158,8 @@ class Engine(TextStreams):
             raise ConfigError("no model directory: pass model_dir or set TTS_DEEP_STREAM_MODEL_DIR")
         config = dataclasses.replace(config, model_dir=model_dir)
         model = load_model(model_dir, device=config.device, dtype=config.dtype)
+        if config.cpu_threads and model.device.type == "cpu":
+            torch.set_num_threads(config.cpu_threads)  # process-wide: leave the media path a core (config.py)
         engine = cls(model, config)
         if warmup:
             engine.warmup()
