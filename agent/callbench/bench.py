@@ -139,7 +139,8 @@ def run(
         return {"n": len(values), "p50": pct(values, 50), "p95": pct(values, 95)}
 
     keys = ("response_ms", "voice_to_voice_ms", "vad_end_lag_ms", "stt_ms", "llm_ttft_ms", "tts_first_packet_ms",
-            "server_e2e_ms", "publish_to_heard_ms", "overhead_ms")  # fmt: skip
+            "server_e2e_ms", "publish_to_heard_ms", "overhead_ms", "vad_to_stt_ms", "stt_to_llm_ms", "bridge_ms",
+            "tts_first_to_publish_ms")  # fmt: skip
     report = {
         "benchmark": "callbench",
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -162,6 +163,7 @@ def run(
         },
         "turns": {k: summary(turn_rows, k) for k in keys},
         "barge_in": {k: summary(barge_rows, k) for k in ("onset_to_decision_ms", "decision_to_silence_ms",
+                                                          "decision_to_cut_ms", "cut_to_silence_ms",
                                                           "onset_to_silence_ms")},  # fmt: skip
         "receiver": receiver_stats(snap["inbound"]),
         "targets": TARGETS,

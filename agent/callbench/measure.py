@@ -7,12 +7,18 @@ Contract
   remainder = browser response - model times (what transport and framework add).
 - `match_barge_ins(log, traces)`: for each browser "barge_in" record, the agent's interruption decided
   after the user started talking and before the browser heard silence; `decision_to_silence_ms` is what
-  the cancel path plus transport took, as heard.
+  the cancel path plus transport took, as heard; split at the trace's `audio_silenced` (the worker's queue
+  cleared) into `decision_to_cut_ms` and `cut_to_silence_ms`.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from agent.tracing import SEGMENTS
+
+#: The trace's own segments between the models: where the framework's part of the overhead goes.
+FRAMEWORK_SEGMENTS = ("vad_to_stt", "stt_to_llm", "bridge", "tts_first_to_publish")
 
 
 def _seg(points: dict[str, float], a: str, b: str) -> float | None:
@@ -51,25 +57,29 @@ def match_turns(log: list[dict], traces: list[dict], *, hangover_ms: float) -> l
             "server_e2e_ms": _seg(p, "vad_speech_end", "first_frame_published"),
             "publish_to_heard_ms": rec["agentStartAtMs"] - published_ms,
             "overhead_ms": rec["responseMs"] - models,  # transport + framework: neither a model nor the hangover
+            **{f"{name}_ms": _seg(p, a, b) for name, a, b in SEGMENTS if name in FRAMEWORK_SEGMENTS},
         })  # fmt: skip
     return out
 
 
 def match_barge_ins(log: list[dict], traces: list[dict]) -> list[dict[str, Any]]:
-    decisions = [
-        (trace["wall_t0"] + irq["interrupt_detected"]) * 1000.0
+    decisions = [  # (decision, queue cleared: no further agent audio can leave the worker), Unix ms
+        ((trace["wall_t0"] + irq["interrupt_detected"]) * 1000.0,
+         None if irq.get("audio_silenced") is None else (trace["wall_t0"] + irq["audio_silenced"]) * 1000.0)
         for trace in traces
         for irq in trace.get("interruptions", [])
-    ]
+    ]  # fmt: skip
     out = []
     for rec in (r for r in log if r.get("type") == "barge_in" and "silentAtMs" in r):
-        inside = [d for d in decisions if rec["userStartAtMs"] <= d <= rec["silentAtMs"]]
+        inside = [d for d in decisions if rec["userStartAtMs"] <= d[0] <= rec["silentAtMs"]]
         if not inside:
             continue
-        decision = max(inside)
+        decision, cut = max(inside)
         out.append({
             "onset_to_silence_ms": rec["silentAtMs"] - rec["userStartAtMs"],
             "onset_to_decision_ms": decision - rec["userStartAtMs"],
             "decision_to_silence_ms": rec["silentAtMs"] - decision,
+            "decision_to_cut_ms": None if cut is None else cut - decision,  # the worker's cancel path
+            "cut_to_silence_ms": None if cut is None else rec["silentAtMs"] - cut,  # WebRTC + the browser
         })  # fmt: skip
     return out

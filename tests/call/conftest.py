@@ -35,9 +35,10 @@ def speech_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def question_wav(speech_dir: Path) -> Path:
-    """One question, then 12 s of silence: one turn per loop, the agent answers in the gap."""
+    """One question with no pause inside (a comma's pause can end a turn early), then 12 s of silence: one turn
+    per loop, the agent answers in the gap."""
     path = speech_dir / "question.wav"
-    speech_wav(path, "Hello, can you hear me?", silence_after_s=12.0)
+    speech_wav(path, "Can you hear me now?", silence_after_s=12.0)
     return path
 
 

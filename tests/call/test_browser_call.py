@@ -43,6 +43,9 @@ def test_browser_call_agent_hears_and_answers(stack: LocalStack, question_wav: P
         first = call.snapshot()
         time.sleep(1.0)
         second = call.snapshot()
+        # the call's trace has all nine points for an answered turn; wait inside the call, since a turn cut
+        # short (a reply cut before its first frame) is traced incomplete and the next loop of the WAV answers
+        records = wait_traces(stack, "browser-call", lambda rs: any(r["complete"] for r in rs))
         call.leave()
         problems = list(call.problems)
 
@@ -60,8 +63,6 @@ def test_browser_call_agent_hears_and_answers(stack: LocalStack, question_wav: P
     assert after["totalAudioEnergy"] > 0.0, after
     turn = next(r for r in second["log"] if r["type"] == "turn")
     assert 0 < turn["responseMs"] < 15_000, turn
-    # the call's trace has all nine points for the answered turn
-    records = wait_traces(stack, "browser-call", lambda rs: any(r["complete"] for r in rs))
     done = next(r for r in records if r["complete"])
     assert set(POINTS) <= set(done["points"]) and done["outcome"] in ("answered", "interrupted"), done
     assert problems == [], problems
