@@ -7,34 +7,65 @@ Endpoints:
   input problem the engine finds still becomes a 400. A summary (engine metrics + server TTFA = request
   received -> first byte written) is stored before the final chunk and served by `GET /v1/requests/{id}`.
 - `POST /synthesize` same JSON -> `audio/wav`.
-- `GET /v1/speakers`, `GET /healthz`, `GET /metrics` (Prometheus text, own registry).
+- `GET /v1/speakers`, `GET /healthz`, `GET /metrics` (Prometheus text, own registry), `GET /openapi.json`.
+- `POST /v1/audio/speech` (OpenAI-compatible, routes/openai_speech.py), `GET /tts/ws` (text in, PCM out, routes/ws.py).
 Errors: client mistakes -> 400 {"error", "field"}; all slots busy -> 503 + Retry-After; an engine fault
 -> 500 {"error"} (never for a client mistake). A client that disconnects mid-stream cancels its stream
 (handler cancellation is on, and a failed write also cancels); the engine keeps serving.
 Configuration: the env table of DESIGN.md §6 (and `.env`), CLI flags override; unknown TTS_* variables
 are warned about at start-up.
+
+This module: `TTSServer` (route table, request -> engine stream, summaries) and `start_server`. The rest, by
+responsibility: server_errors.py (the one JSON error shape, body parsing, the error middleware), server_stream.py
+(the chunked streaming lifecycle shared with /v1/audio/speech), server_metrics.py (what /metrics exposes),
+server_cli.py (`add_arguments`, `run`: the `serve` command), server_openapi.py (GET /openapi.json). Every name
+that used to live here is still importable from here.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import json
 import logging
-import os
 import re
-import signal
 import time
 import uuid
 from collections import OrderedDict
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from tts_engine.errors import EngineBusyError, TextTooLongError, TTSInputError
+from tts_engine.errors import EngineBusyError, TTSInputError
 from tts_engine.runtime.wav import wav_bytes
+from tts_engine.server_cli import add_arguments, config_from_args, run, warn_unknown_variables
+from tts_engine.server_errors import (
+    RETRY_AFTER_S,
+    ClientError,
+    busy_response,
+    check_encodable,
+    error_response,
+    errors_as_json,
+    input_error,
+    parse_json_body,
+    read_body,
+)
+from tts_engine.server_metrics import CONTENT_TYPE, ServerMetrics
+from tts_engine.server_stream import stream_response
+
+__all__ = [
+    "REQUEST_FIELDS",
+    "RETRY_AFTER_S",
+    "SAMPLE_RATE",
+    "ClientError",
+    "TTSServer",
+    "add_arguments",
+    "check_encodable",
+    "config_from_args",
+    "error_response",
+    "input_error",
+    "parse_json_body",
+    "run",
+    "start_server",
+    "warn_unknown_variables",
+]
 
 log = logging.getLogger("tts_engine.server")
 
@@ -50,96 +81,6 @@ REQUEST_FIELDS = (
     "instruct",
 )
 _REQUEST_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")  # whole string only (fullmatch): `$` passes "id\n"
-RETRY_AFTER_S = 1
-
-
-class ClientError(Exception):
-    def __init__(self, message: str, field: str | None, status: int = 400) -> None:
-        super().__init__(message)
-        self.field = field
-        self.status = status
-
-
-def error_response(
-    message: str, field: str | None, status: int = 400, headers: dict[str, str] | None = None
-) -> web.Response:
-    return web.json_response({"error": message, "field": field}, status=status, headers=headers)
-
-
-def input_error(exc: TTSInputError) -> web.Response:
-    """An input the engine refused: 413 past the per-request text cap, else 400."""
-    return error_response(str(exc), exc.field, 413 if isinstance(exc, TextTooLongError) else 400)
-
-
-def parse_json_body(raw: bytes) -> Any:
-    """The decoded JSON body (None when empty), or ClientError(field "body"): bad UTF-8 or JSON, nesting too deep
-    for the parser, a number with more digits than Python converts."""
-    try:
-        return json.loads(raw.decode("utf-8")) if raw else None
-    except RecursionError:
-        raise ClientError("body is not valid JSON: nested too deeply", "body") from None
-    except ValueError as exc:  # UnicodeDecodeError, JSONDecodeError, int digit limit
-        raise ClientError(f"body is not valid JSON: {exc}", "body") from None
-
-
-def check_encodable(field: str, value: Any) -> None:
-    """A string field must be valid Unicode: JSON can carry a lone UTF-16 surrogate ("\\ud800") that no encoder
-    (the tokenizer included) accepts."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise ClientError(
-                f"{field} holds a lone UTF-16 surrogate {value[exc.start]!r} at index {exc.start}; send valid Unicode",
-                field,
-            ) from None
-
-
-@web.middleware
-async def _errors_as_json(request: web.Request, handler: Any) -> web.StreamResponse:
-    """One error shape for the whole server: aiohttp's own 404/405/413/400 become {"error", "field"} too."""
-    try:
-        return await handler(request)
-    except web.HTTPMethodNotAllowed as exc:
-        allowed = ", ".join(sorted(exc.allowed_methods))
-        message = f"method {request.method} is not allowed on {request.path}; allowed: {allowed}"
-        return error_response(message, "method", 405, headers={"Allow": allowed})
-    except web.HTTPNotFound:
-        return error_response(f"no endpoint {request.path!r}; the routes are in GET /openapi.json", "path", 404)
-    except web.HTTPRequestEntityTooLarge:
-        return error_response("request body is larger than 1 MiB", "body", 413)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        return error_response(" ".join((exc.text or exc.reason).split()), None, exc.status)
-    except ClientError as exc:
-        return error_response(str(exc), exc.field, exc.status)
-    except Exception:  # a bug, not the client's mistake: still the one JSON shape, and the server keeps serving
-        log.exception("unhandled error on %s %s", request.method, request.path)
-        return error_response("internal error (see the server log)", None, 500)
-
-
-class _EngineCollector:
-    """Exposes the engine's counters and gauges at scrape time."""
-
-    def __init__(self, engine: Any) -> None:
-        self.engine = engine
-
-    def collect(self) -> Any:
-        stats = self.engine.stats()
-        for name in self.engine.counters.NAMES:
-            family = CounterMetricFamily(f"tts_engine_{name}", f"engine counter {name}")
-            family.add_metric([], stats[name])
-            yield family
-        for name, key in (
-            ("open_streams", "open_streams"),
-            ("running_streams", "running_streams"),
-            ("capacity", "capacity"),
-            ("worker_alive", "worker_alive"),
-        ):
-            gauge = GaugeMetricFamily(f"tts_engine_{name}", f"engine gauge {name}")
-            gauge.add_metric([], float(stats[key]))
-            yield gauge
 
 
 class TTSServer:
@@ -147,31 +88,17 @@ class TTSServer:
         self.engine = engine
         self.summaries: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.summaries_max = summaries_max
-        self.registry = CollectorRegistry(auto_describe=True)
-        self.requests_total = Counter(
-            "tts_http_requests", "HTTP requests by endpoint and status", ["endpoint", "status"], registry=self.registry
-        )
-        self.ttfa = Histogram(
-            "tts_stream_ttfa_seconds",
-            "request received -> first PCM byte written",
-            registry=self.registry,
-            buckets=(0.02, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.35, 0.5, 0.75, 1.0, 2.0, 5.0),
-        )
-        self.rtf = Histogram(
-            "tts_stream_rtf",
-            "stream wall time / audio duration",
-            registry=self.registry,
-            buckets=(0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 5.0),
-        )
-        self.disconnects = Counter(
-            "tts_stream_client_disconnects", "streams ended by the client", registry=self.registry
-        )
-        self.in_flight = Gauge("tts_http_streams_in_flight", "HTTP streams being written", registry=self.registry)
-        self.registry.register(_EngineCollector(engine))
+        self.prometheus = stats = ServerMetrics(engine)  # the routes write these instruments (server_metrics.py)
+        self.registry = stats.registry
+        self.requests_total = stats.requests_total
+        self.ttfa = stats.ttfa
+        self.rtf = stats.rtf
+        self.disconnects = stats.disconnects
+        self.in_flight = stats.in_flight
 
     # ---- app ------------------------------------------------------------------------------------
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=1 << 20, middlewares=[_errors_as_json])
+        app = web.Application(client_max_size=1 << 20, middlewares=[errors_as_json])
         app.router.add_post("/tts/stream", self.tts_stream)
         app.router.add_post("/synthesize", self.synthesize)
         app.router.add_get("/v1/speakers", self.speakers)
@@ -188,11 +115,7 @@ class TTSServer:
 
     # ---- request parsing ------------------------------------------------------------------------
     async def _parse(self, request: web.Request) -> dict[str, Any]:
-        try:
-            raw = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise ClientError("request body is larger than 1 MiB", "body", 413) from None
-        body = parse_json_body(raw)
+        body = parse_json_body(await read_body(request))
         if not isinstance(body, dict):
             raise ClientError(
                 f"body must be a JSON object with fields {', '.join(REQUEST_FIELDS)}; got {type(body).__name__}",
@@ -235,6 +158,17 @@ class TTSServer:
         while len(self.summaries) > self.summaries_max:
             self.summaries.popitem(last=False)
 
+    def _finish_summary(self, summary: dict[str, Any], handle: Any, t_received: float) -> None:
+        metrics = handle.metrics
+        summary["stream"] = metrics.to_dict()
+        summary["server_wall_ms"] = round((time.perf_counter() - t_received) * 1000.0, 2)
+        self._remember(summary)
+        if summary.get("status") == "completed":
+            if "ttfa_ms" in summary:
+                self.ttfa.observe(summary["ttfa_ms"] / 1000.0)
+            if metrics.rtf is not None:
+                self.rtf.observe(metrics.rtf)
+
     # ---- handlers -------------------------------------------------------------------------------
     async def tts_stream(self, request: web.Request) -> web.StreamResponse:
         t_received = time.perf_counter()
@@ -247,83 +181,28 @@ class TTSServer:
         except TTSInputError as exc:
             return self._count("stream", input_error(exc))
         except EngineBusyError as exc:
-            return self._count("stream", self._busy(exc))
-        summary: dict[str, Any] = {"request_id": request_id, "endpoint": "/tts/stream", "bytes_sent": 0}
-        response: web.StreamResponse | None = None
-        self.in_flight.inc()
-        try:
-            try:
-                first = await handle.__anext__()
-            except StopAsyncIteration:
-                first = None
-            except TTSInputError as exc:
-                summary["status"] = "rejected"
-                return self._count("stream", input_error(exc))
-            response = web.StreamResponse(
-                status=200,
-                headers={
-                    "content-type": "application/octet-stream",
-                    "x-sample-rate": str(SAMPLE_RATE),
-                    "x-audio-format": "s16le",
-                    "x-channels": "1",
-                    "x-request-id": request_id,
-                },
-            )
-            response.enable_chunked_encoding()
-            await response.prepare(request)
-            packets = [first] if first is not None else []
-            t_first_byte: float | None = None
-            while True:
-                for packet in packets:
-                    await response.write(packet.pcm.tobytes())
-                    summary["bytes_sent"] += packet.pcm.nbytes
-                    if t_first_byte is None:
-                        t_first_byte = time.perf_counter()
-                        summary["ttfa_ms"] = round((t_first_byte - t_received) * 1000.0, 2)
-                try:
-                    packets = [await handle.__anext__()]
-                except StopAsyncIteration:
-                    break
-            summary["status"] = "completed"
-            self._finish_summary(summary, handle, t_received)
-            await response.write_eof()
-            self._count("stream", response)
-            return response
-        except (ConnectionResetError, asyncio.CancelledError) as exc:
-            handle.cancel()
-            summary["status"] = "client_disconnected"
-            self.disconnects.inc()
-            self.requests_total.labels("stream", "disconnected").inc()
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-            return response if response is not None else web.Response(status=499)
-        except Exception as exc:  # an engine fault mid-stream: the client sees a truncated chunked body
-            handle.cancel()
-            summary["status"] = "error"
-            summary["error"] = str(exc)
-            log.error("stream %s failed: %s", request_id, exc)
-            if response is None:
-                return self._count("stream", error_response(f"synthesis failed: {exc}", None, 500))
-            self.requests_total.labels("stream", "error").inc()
-            if request.transport is not None:
-                request.transport.close()
-            return response
-        finally:
-            self.in_flight.dec()
-            handle.cancel()
-            if "stream" not in summary:
-                self._finish_summary(summary, handle, t_received)
+            return self._count("stream", busy_response(exc))
+        from tts_engine.routes.encode import AudioEncoder
 
-    def _finish_summary(self, summary: dict[str, Any], handle: Any, t_received: float) -> None:
-        metrics = handle.metrics
-        summary["stream"] = metrics.to_dict()
-        summary["server_wall_ms"] = round((time.perf_counter() - t_received) * 1000.0, 2)
-        self._remember(summary)
-        if summary.get("status") == "completed":
-            if "ttfa_ms" in summary:
-                self.ttfa.observe(summary["ttfa_ms"] / 1000.0)
-            if metrics.rtf is not None:
-                self.rtf.observe(metrics.rtf)
+        headers = {
+            "content-type": "application/octet-stream",
+            "x-sample-rate": str(SAMPLE_RATE),
+            "x-audio-format": "s16le",
+            "x-channels": "1",
+            "x-request-id": request_id,
+        }
+        return await stream_response(
+            self,
+            request,
+            handle,
+            label="stream",
+            t_received=t_received,
+            headers=headers,
+            summary={"request_id": request_id, "endpoint": "/tts/stream", "bytes_sent": 0},
+            encoder=AudioEncoder("pcm"),
+            refuse=input_error,
+            fail=lambda message: error_response(message, None, 500),
+        )
 
     async def synthesize(self, request: web.Request) -> web.Response:
         request_id = self._request_id(request)
@@ -335,7 +214,7 @@ class TTSServer:
         except TTSInputError as exc:
             return self._count("synthesize", input_error(exc))
         except EngineBusyError as exc:
-            return self._count("synthesize", self._busy(exc))
+            return self._count("synthesize", busy_response(exc))
         import numpy as np
 
         try:
@@ -389,17 +268,17 @@ class TTSServer:
         from tts_engine.server_openapi import document
 
         engine = self.engine
-        return web.json_response(document(
-            speakers=engine.speakers, languages=engine.languages, max_text_chars=engine.config.max_text_chars,
-            supports_instruct=engine.model.config.supports_instruct,
-        ))
+        return web.json_response(
+            document(
+                speakers=engine.speakers,
+                languages=engine.languages,
+                max_text_chars=engine.config.max_text_chars,
+                supports_instruct=engine.model.config.supports_instruct,
+            )
+        )
 
     async def metrics(self, request: web.Request) -> web.Response:
-        payload = generate_latest(self.registry)
-        return web.Response(body=payload, headers={"content-type": "text/plain; version=0.0.4; charset=utf-8"})
-
-    def _busy(self, exc: Exception) -> web.Response:
-        return error_response(str(exc), None, 503, headers={"Retry-After": str(RETRY_AFTER_S)})
+        return web.Response(body=self.prometheus.render(), headers={"content-type": CONTENT_TYPE})
 
     def _count(self, endpoint: str, response: web.StreamResponse) -> Any:
         self.requests_total.labels(endpoint, str(response.status)).inc()
@@ -418,102 +297,3 @@ async def start_server(engine: Any, host: str = "127.0.0.1", port: int = 0) -> t
         bound = sock.getsockname()[1]
         break
     return runner, bound, server
-
-
-# ---- CLI ----------------------------------------------------------------------------------------
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", help="checkpoint directory (TTS_DEEP_STREAM_MODEL_DIR)")
-    parser.add_argument("--host", help="bind address (TTS_HOST, default 0.0.0.0)")
-    parser.add_argument("--port", type=int, help="TCP port (TTS_PORT, default 9000)")
-    parser.add_argument("--device", help="auto | cpu | cuda | cuda:N (TTS_DEEP_STREAM_DEVICE)")
-    parser.add_argument("--dtype", choices=("auto", "bfloat16", "float16", "float32"))
-    parser.add_argument("--packet-frames", type=int, help="frames per packet (TTS_DEEP_STREAM_PACKET_TOKENS)")
-    parser.add_argument("--first-packet-frames", type=int, help="TTS_DEEP_STREAM_FIRST_PACKET_TOKENS")
-    parser.add_argument("--max-streams", type=int, help="concurrent stream slots (TTS_DEEP_STREAM_MAX_STREAMS)")
-    parser.add_argument("--max-text-chars", type=int, help="TTS_DEEP_STREAM_MAX_TEXT_CHARS")
-    parser.add_argument("--seed", type=int, help="TTS_DEEP_STREAM_SEED")
-    parser.add_argument("--policy", choices=("greedy", "seeded"), help="TTS_DEEP_STREAM_DETERMINISTIC_POLICY")
-    parser.add_argument("--deterministic", choices=("0", "1"), help="TTS_DEEP_STREAM_DETERMINISTIC")
-    parser.add_argument("--code-dump-dir", help="enable code dumps into this folder (TTS_CODE_DUMP_*)")
-    parser.add_argument(
-        "--env-file", default=os.environ.get("ENV_FILE") or ".env", help="KEY=VALUE file read first ($ENV_FILE or .env)"
-    )
-    parser.add_argument("--log-level", default="INFO")
-
-
-def config_from_args(args: argparse.Namespace) -> Any:
-    """EngineConfig from the environment, with every given CLI flag winning."""
-    from tts_engine.config import EngineConfig
-
-    overrides: dict[str, Any] = {
-        "model_dir": args.model,
-        "device": args.device,
-        "dtype": args.dtype,
-        "packet_frames": args.packet_frames,
-        "first_packet_frames": args.first_packet_frames,
-        "max_streams": args.max_streams,
-        "max_text_chars": args.max_text_chars,
-        "seed": args.seed,
-        "deterministic_policy": args.policy,
-        "deterministic": None if args.deterministic is None else args.deterministic == "1",
-    }
-    if getattr(args, "code_dump_dir", None):
-        overrides.update(code_dump_enable=True, code_dump_dir=args.code_dump_dir)
-    return EngineConfig.from_env(**overrides)
-
-
-def warn_unknown_variables() -> list[str]:
-    from tts_engine.config import unknown_tts_variables
-
-    unknown = unknown_tts_variables()
-    for name in unknown:
-        log.warning("unknown environment variable %s is ignored (typo? see DESIGN.md §6 / docs/server.md)", name)
-    return unknown
-
-
-def run(args: argparse.Namespace) -> int:
-    from tts_engine.engine import Engine
-    from tts_engine.env import Env, load_dotenv
-    from tts_engine.errors import CheckpointError, ConfigError
-
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        load_dotenv(args.env_file)
-        warn_unknown_variables()
-        config = config_from_args(args)
-        env = Env()
-        host = args.host or env.str("TTS_HOST", "0.0.0.0")
-        port = args.port if args.port is not None else env.int("TTS_PORT", 9000, lo=0, hi=65535)
-        log.info("loading %s on %s", config.model_dir, config.device)
-        engine = Engine.load(config.model_dir or None, config)
-    except (ConfigError, CheckpointError) as exc:
-        log.error("%s", exc)
-        return 2
-    log.info("engine ready on %s (warm-up %.2f s)", engine.device, engine.warmup_s or 0.0)
-    from tts_engine.runtime.process import tune_process
-
-    tune_process()  # GIL switch interval + gc.freeze after the load (runtime/process.py says why)
-
-    async def serve() -> None:
-        runner, bound, _ = await start_server(engine, host, port)
-        log.info("listening on http://%s:%d (POST /tts/stream, /synthesize; GET /healthz, /metrics)", host, bound)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        try:
-            await stop.wait()
-            log.info("shutting down")
-        finally:
-            await runner.cleanup()
-
-    try:
-        asyncio.run(serve())
-    except KeyboardInterrupt:
-        pass
-    except OSError as exc:  # port taken / address not available: a restart would not help
-        log.error("cannot listen on %s:%d: %s", host, port, exc)
-        return 2
-    finally:
-        engine.close()
-    return 0
