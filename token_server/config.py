@@ -4,8 +4,9 @@ Contract: `ServerConfig.from_env(environ, dev=..., host=..., port=...)` returns 
 raises `ConfigError` whose message names the variable, the bad value and what is allowed. It never puts the
 API secret into a message. CLI flags (host, port, dev) override the environment.
 
-`token_server` may not import `agent` or `tts_engine`, so this module parses the few variables it needs itself
-(same names and ranges as the agent where they overlap, e.g. `VAD_SILENCE_MS` 50..5000, default 200).
+`token_server` may not import `agent` or `tts_engine`; it shares the top-level `envfile` package with them for
+`.env` loading and typed reads (same names and ranges as the agent where they overlap, e.g. `VAD_SILENCE_MS`
+50..5000, default 200).
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
+
+from envfile import Env
+from envfile import load_dotenv as _load_dotenv
 
 # The key pair `livekit-server --dev` starts with; only ever used with --dev.
 DEV_API_KEY = "devkey"
@@ -63,10 +67,10 @@ class ServerConfig:
         port: int | None = None,
         web_dir: Path | None = None,
     ) -> ServerConfig:
-        env = os.environ if environ is None else environ
-        api_key = _raw(env, "LIVEKIT_API_KEY")
-        api_secret = _raw(env, "LIVEKIT_API_SECRET")
-        livekit_url = _raw(env, "LIVEKIT_URL")
+        env = Env(environ, error=ConfigError)
+        api_key = env.raw("LIVEKIT_API_KEY")
+        api_secret = env.raw("LIVEKIT_API_SECRET")
+        livekit_url = env.raw("LIVEKIT_URL")
         if dev:
             api_key = api_key or DEV_API_KEY
             api_secret = api_secret or DEV_API_SECRET
@@ -81,11 +85,11 @@ class ServerConfig:
             raise ConfigError("LIVEKIT_URL not set: the browser needs it to connect (e.g. wss://my.livekit.cloud)")
         _check_livekit_url(livekit_url)
 
-        agent_name = _raw(env, "AGENT_NAME") or "voice-agent"
+        agent_name = env.raw("AGENT_NAME") or "voice-agent"
         if not is_valid_name(agent_name):
             raise ConfigError(f"AGENT_NAME={agent_name!r} is not allowed; use 1-64 characters of A-Z a-z 0-9 _ -")
 
-        port_value = port if port is not None else _int(env, "TOKEN_SERVER_PORT", 3000, lo=0, hi=65535)
+        port_value = port if port is not None else env.int("TOKEN_SERVER_PORT", 3000, lo=0, hi=65535)
         if not 0 <= port_value <= 65535:
             raise ConfigError(f"--port={port_value} is out of range (allowed: 0..65535)")
         return cls(
@@ -93,55 +97,23 @@ class ServerConfig:
             api_key=api_key or "",
             api_secret=api_secret or "",
             agent_name=agent_name,
-            token_ttl_s=_int(env, "TOKEN_TTL_S", 900, lo=60, hi=MAX_TOKEN_TTL_S),
+            token_ttl_s=env.int("TOKEN_TTL_S", 900, lo=60, hi=MAX_TOKEN_TTL_S),
             allowed_origins=_origins(env),
-            rate_limit_per_min=_int(env, "TOKEN_RATE_LIMIT_PER_MIN", 30, lo=1, hi=100_000),
-            host=host or _raw(env, "TOKEN_SERVER_HOST") or "127.0.0.1",
+            rate_limit_per_min=env.int("TOKEN_RATE_LIMIT_PER_MIN", 30, lo=1, hi=100_000),
+            host=host or env.raw("TOKEN_SERVER_HOST") or "127.0.0.1",
             port=port_value,
-            vad_silence_ms=_int(env, "VAD_SILENCE_MS", 200, lo=50, hi=5000),
+            vad_silence_ms=env.int("VAD_SILENCE_MS", 200, lo=50, hi=5000),
             dev=dev,
             web_dir=web_dir or DEFAULT_WEB_DIR,
         )
 
 
 def load_dotenv(path: str | os.PathLike[str] = ".env") -> dict[str, str]:
-    """Read KEY=VALUE lines into os.environ; variables already set win. Returns what the file held."""
-    p = Path(path)
-    if not p.is_file():
-        return {}
-    values: dict[str, str] = {}
-    for lineno, raw in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        line = line.removeprefix("export ")
-        if "=" not in line:
-            # do not echo the line: it may hold a secret
-            raise ConfigError(f"{p}:{lineno}: expected KEY=VALUE")
-        key, value = (part.strip() for part in line.split("=", 1))
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        values[key] = value
-        os.environ.setdefault(key, value)
-    return values
+    """Read KEY=VALUE lines into os.environ; variables already set win. Returns what the file held.
 
-
-def _raw(env: Mapping[str, str], name: str) -> str | None:
-    value = env.get(name)
-    return value.strip() if value and value.strip() else None
-
-
-def _int(env: Mapping[str, str], name: str, default: int, *, lo: int, hi: int) -> int:
-    value = _raw(env, name)
-    if value is None:
-        return default
-    try:
-        parsed = int(value)
-    except ValueError:
-        raise ConfigError(f"{name}={value!r} is not an integer (allowed: {lo}..{hi})") from None
-    if not lo <= parsed <= hi:
-        raise ConfigError(f"{name}={parsed} is out of range (allowed: {lo}..{hi})")
-    return parsed
+    A malformed line raises ConfigError naming the file and line number (never the line: it may hold a secret).
+    """
+    return _load_dotenv(path, error=ConfigError)
 
 
 def _check_livekit_url(url: str) -> None:
@@ -150,8 +122,8 @@ def _check_livekit_url(url: str) -> None:
         raise ConfigError(f"LIVEKIT_URL={url!r} is not a LiveKit URL (allowed: ws://, wss://, http:// or https://HOST)")
 
 
-def _origins(env: Mapping[str, str]) -> tuple[str, ...]:
-    value = _raw(env, "ALLOWED_ORIGINS")
+def _origins(env: Env) -> tuple[str, ...]:
+    value = env.raw("ALLOWED_ORIGINS")
     if value is None:
         return ()
     origins = []
