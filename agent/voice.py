@@ -15,12 +15,12 @@ before any of its nodes runs, with the public `SpeechHandle.interrupted` flag (r
 and `SpeechHandle.add_done_callback` (the speech's end closes whatever its reply still holds). So an
 interruption at any instant, 0 ms after the speech was created included, reaches the controller: a node
 of an interrupted speech gets a closed reply and produces nothing. Three private reads remain, all
-in `_speech_of_node` / `_interrupt_signal` / `_interrupt_cause` below, because 1.8.9 has no public
-equivalent: which speech runs this node (`_SpeechHandleContextVar`; `session.current_speech` is still
-the previous speech while the LLM node starts), the moment of the interrupt decision
-(`_interrupt_fut`, so the cascade and its cancel->silence stamp happen then rather than when the reply
-task next wakes) and its reason (`_interrupt_source`, for the trace). All are guarded: without them the
-public flag and done callback still end every reply correctly.
+through agent/livekit_internals.py (its docstring names them, the version they were checked against and
+each fallback), because 1.8.9 has no public equivalent: which speech runs this node
+(`current_speech_handle`; `session.current_speech` is still the previous speech while the LLM node
+starts), the moment of the interrupt decision (`interrupt_future`, so the cascade and its cancel->silence
+stamp happen then rather than when the reply task next wakes) and its reason (`interrupt_source`, for
+the trace). Without them (logged once) the public flag and done callback still end every reply correctly.
 
 Session options (docs/agent.md explains each): turn detection "vad", interruption mode "vad" with
 `INTERRUPT_MIN_SPEECH_S`, `resume_false_interruption` from config (off by default), preemptive generation
@@ -49,6 +49,7 @@ from livekit.agents import (
 )
 from livekit.agents.voice.agent_session import SessionConnectOptions
 
+from agent import livekit_internals
 from agent.config import AgentConfig
 from agent.duplex import DuplexController, Reply
 from agent.engine_client import TTSBackend
@@ -61,15 +62,10 @@ from agent.tts import QwenTTS, SynthesisHooks
 logger = logging.getLogger("agent.voice")
 
 
-# -- the only reads of LiveKit 1.8.9 private state (see the module docstring for why) ------------
+# -- LiveKit private state, only through agent/livekit_internals.py (see the module docstring for why) --
 def _speech_of_node(agent: Agent) -> str | None:
     """The id of the speech whose task runs the calling node."""
-    try:
-        from livekit.agents.voice.agent_activity import _SpeechHandleContextVar
-
-        handle = _SpeechHandleContextVar.get(None)
-    except ImportError:  # pragma: no cover - guarded private API
-        handle = None
+    handle: Any = livekit_internals.current_speech_handle()
     if handle is None:
         try:
             handle = agent.session.current_speech
@@ -78,18 +74,12 @@ def _speech_of_node(agent: Agent) -> str | None:
     return handle.id if handle is not None else None
 
 
-def _interrupt_signal(handle: Any) -> asyncio.Future[None] | None:
-    """The future the framework resolves the moment it interrupts `handle` (None if it is gone)."""
-    fut = getattr(handle, "_interrupt_fut", None)
-    return fut if isinstance(fut, asyncio.Future) else None
-
-
 _CAUSES = {"audio_activity": "vad", "user_turn": "user_turn", "programmatic": "api"}
 
 
 def _interrupt_cause(handle: Any) -> str:
     """Why the framework interrupted `handle` (its first interrupt's `source`): vad | user_turn | api."""
-    return _CAUSES.get(str(getattr(handle, "_interrupt_source", None)), "interrupted")
+    return _CAUSES.get(str(livekit_internals.interrupt_source(handle)), "interrupted")
 
 
 GIL_SWITCH_INTERVAL_S = 0.0005
@@ -118,7 +108,7 @@ def release_free_memory() -> bool:
 
     Called when a call ends: a call's buffers (audio frames, events, transcripts) are freed then, but glibc keeps
     the freed pages, fragmented between live blocks, so a worker's RSS would stay at its busiest call's
-    high-water mark for the rest of its life. The soak (`python -m agent.stress --turns`) measures the effect.
+    high-water mark for the rest of its life. The soak (`python -m harness.stress --turns`) measures the effect.
     """
     import ctypes
     import ctypes.util
@@ -198,9 +188,7 @@ class VoiceAgent(Agent):
                     turn.mark("llm_first_token")
                 yield call.cfg.apology_text
 
-    async def tts_node(
-        self, text: AsyncIterable[str], model_settings: ModelSettings
-    ) -> AsyncIterator[rtc.AudioFrame]:
+    async def tts_node(self, text: AsyncIterable[str], model_settings: ModelSettings) -> AsyncIterator[rtc.AudioFrame]:
         call = self.call
         reply = call.controller.begin_reply(_speech_of_node(self))
         if reply.closed:
@@ -260,8 +248,13 @@ class Call:
             self.stt = WhisperSTT(observer=stt_observer)
         self.llm = build_llm(cfg)
         self.llm_continuation = build_llm(cfg, continuation=True) if cfg.enable_continuation else None
-        self.tts = QwenTTS(backend, speaker=cfg.tts_speaker, language=cfg.tts_language, frame_ms=cfg.tts_frame_ms,
-                           text_input=cfg.tts_text_input)
+        self.tts = QwenTTS(
+            backend,
+            speaker=cfg.tts_speaker,
+            language=cfg.tts_language,
+            frame_ms=cfg.tts_frame_ms,
+            text_input=cfg.tts_text_input,
+        )
         self.agent = VoiceAgent(self)
         warmup = cfg.aec_warmup_s if aec_warmup_s is None else aec_warmup_s
         retry = dict(max_retry=cfg.api_max_retry, retry_interval=0.3)
@@ -303,7 +296,7 @@ class Call:
             handle.id, is_interrupted=lambda: bool(handle.interrupted), cause=lambda: _interrupt_cause(handle)
         )
         handle.add_done_callback(lambda h: controller.on_speech_done(h.id, interrupted=bool(h.interrupted)))
-        fut = _interrupt_signal(handle)
+        fut = livekit_internals.interrupt_future(handle)
         if fut is not None:
             fut.add_done_callback(lambda _f, key=handle.id: controller.on_speech_interrupted(key))
 
@@ -371,9 +364,7 @@ class Call:
             track = rtc.LocalAudioTrack.create_audio_track("agent-voice", self.output.source)
             options = rtc.TrackPublishOptions(source=rtc.TrackSource.SOURCE_MICROPHONE)
             await room.local_participant.publish_track(track, options)
-            await self.session.start(
-                agent=self.agent, room=room, room_options=room_io.RoomOptions(audio_output=False)
-            )
+            await self.session.start(agent=self.agent, room=room, room_options=room_io.RoomOptions(audio_output=False))
         else:
             await self.session.start(agent=self.agent, record=False)
 

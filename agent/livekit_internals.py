@@ -1,0 +1,122 @@
+"""Every read of private LiveKit state in the agent, in one place (issue 18).
+
+Written for livekit-agents 1.8.9 (`WRITTEN_FOR`; pyproject.toml pins `livekit-agents==1.8.9`), which has
+no public equivalent for these three reads (agent/voice.py's docstring says what each is for):
+
+- `livekit.agents.voice.agent_activity._SpeechHandleContextVar` (a `ContextVar[SpeechHandle]` set around
+  each speech's reply task): `current_speech_handle()` returns the `SpeechHandle` whose task runs the
+  caller, or None outside a speech. `session.current_speech` is no substitute: it is still the previous
+  speech while the LLM node of the next one starts.
+- `SpeechHandle._interrupt_fut` (an `asyncio.Future[None]` that the framework resolves the moment it
+  decides to interrupt the speech; the public `interrupted` property is its `done()`):
+  `interrupt_future(handle)` returns it, or None.
+- `SpeechHandle._interrupt_source` (`"audio_activity" | "user_turn" | "programmatic"`, the first
+  interrupt's cause; None until then): `interrupt_source(handle)` returns it, or None.
+
+When a name is missing (a LiveKit upgrade renamed it), each function logs once at WARNING (logger
+`agent.livekit_internals`) and falls back: no current handle (the caller then uses the public
+`session.current_speech`), no interrupt future (the public `interrupted` flag, read before every frame,
+and `add_done_callback` still end every reply), no source (the trace says "interrupted"). So the call keeps
+working, only less precisely. `missing_internals()` lists the absent names without warning, for the test
+(tests/agent/test_livekit_internals.py) that fails loudly on an upgrade, and for anyone checking one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+from typing import Any
+
+from livekit.agents.voice.speech_handle import SpeechHandle
+
+logger = logging.getLogger("agent.livekit_internals")
+
+WRITTEN_FOR = "1.8.9"
+CONTEXT_VAR = "livekit.agents.voice.agent_activity._SpeechHandleContextVar"
+INTERRUPT_FUT = "SpeechHandle._interrupt_fut"
+INTERRUPT_SOURCE = "SpeechHandle._interrupt_source"
+
+_MISSING = object()
+_warned: set[str] = set()
+
+
+def installed_version() -> str:
+    """The installed livekit-agents version."""
+    from livekit.agents import __version__
+
+    return __version__
+
+
+def _warn_once(name: str) -> None:
+    if name not in _warned:
+        _warned.add(name)
+        logger.warning(
+            "livekit-agents %s has no %s (this adapter was written for %s): falling back to public API only",
+            installed_version(),
+            name,
+            WRITTEN_FOR,
+        )
+
+
+def _context_var() -> contextvars.ContextVar[SpeechHandle] | None:
+    try:
+        from livekit.agents.voice import agent_activity
+    except ImportError:  # pragma: no cover - the module itself moved
+        return None
+    var = getattr(agent_activity, "_SpeechHandleContextVar", None)
+    return var if isinstance(var, contextvars.ContextVar) else None
+
+
+def current_speech_handle() -> SpeechHandle | None:
+    """The speech handle whose reply task runs the caller (None outside a speech or if the name is gone)."""
+    var = _context_var()
+    if var is None:
+        _warn_once(CONTEXT_VAR)
+        return None
+    return var.get(None)
+
+
+def interrupt_future(handle: Any) -> asyncio.Future[None] | None:
+    """The future the framework resolves the moment it interrupts `handle` (None if the name is gone)."""
+    fut = getattr(handle, "_interrupt_fut", None)
+    if not isinstance(fut, asyncio.Future):
+        _warn_once(INTERRUPT_FUT)
+        return None
+    return fut
+
+
+def interrupt_source(handle: Any) -> str | None:
+    """Why the framework interrupted `handle` (its first interrupt's source), None if not (yet) or if gone."""
+    source = getattr(handle, "_interrupt_source", _MISSING)
+    if source is _MISSING:
+        _warn_once(INTERRUPT_SOURCE)
+        return None
+    return None if source is None else str(source)
+
+
+def missing_internals() -> list[str]:
+    """The private names above that the installed livekit-agents lacks (empty = the adapter holds)."""
+    missing = [] if _context_var() is not None else [CONTEXT_VAR]
+
+    async def make() -> SpeechHandle:  # SpeechHandle's futures need a running loop, as in a real session
+        return SpeechHandle.create()
+
+    try:
+        asyncio.get_running_loop()
+        running = True
+    except RuntimeError:
+        running = False
+    if running:
+        handle = SpeechHandle.create()
+    else:  # no loop running here: make the handle on a short-lived one
+        loop = asyncio.new_event_loop()
+        try:
+            handle = loop.run_until_complete(make())
+        finally:
+            loop.close()
+    if not isinstance(getattr(handle, "_interrupt_fut", None), asyncio.Future):
+        missing.append(INTERRUPT_FUT)
+    if getattr(handle, "_interrupt_source", _MISSING) is _MISSING:
+        missing.append(INTERRUPT_SOURCE)
+    return missing

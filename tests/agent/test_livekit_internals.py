@@ -1,0 +1,106 @@
+"""agent/livekit_internals.py, the only place the agent reads private LiveKit state (issue 18): the names it
+relies on exist in the installed livekit-agents, that version is the one the adapter was written for, and
+inside a real call its functions return the speech that runs the node, its interrupt future and cause."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from livekit.agents.voice import agent_activity
+from livekit.agents.voice.speech_handle import SpeechHandle
+
+from agent import livekit_internals as lk
+from harness.fake_openai import FakeOpenAIServer
+from tests.agent.duplex_harness import EnergyVAD, ScriptedBackend
+from tests.agent.duplex_schedule import Cut, ScheduleRunner, TurnPlan
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_relied_on_private_names_exist() -> None:
+    missing = lk.missing_internals()
+    assert not missing, (
+        f"livekit-agents {lk.installed_version()} lacks {', '.join(missing)}, which agent/livekit_internals.py "
+        f"relies on (written for {lk.WRITTEN_FOR}): the call falls back to public API only; find the new name "
+        "or a public equivalent and update the adapter"
+    )
+
+
+def test_installed_livekit_agents_is_the_version_the_adapter_was_written_for() -> None:
+    pins = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert "livekit-agents==" + lk.WRITTEN_FOR in pins, f"pyproject.toml pins {pins}: re-check the adapter"
+    assert lk.installed_version() == lk.WRITTEN_FOR, (
+        f"livekit-agents {lk.installed_version()} is installed, agent/livekit_internals.py was checked against "
+        f"{lk.WRITTEN_FOR}: re-read its private names in the new version, then update WRITTEN_FOR"
+    )
+
+
+def test_a_missing_name_is_reported_and_falls_back_with_one_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(lk, "_warned", set())
+    monkeypatch.delattr(agent_activity, "_SpeechHandleContextVar")
+    assert lk.missing_internals() == [lk.CONTEXT_VAR]
+    with caplog.at_level(logging.WARNING, logger="agent.livekit_internals"):
+        assert lk.current_speech_handle() is None
+        assert lk.current_speech_handle() is None
+        assert lk.interrupt_future(object()) is None
+        assert lk.interrupt_source(object()) is None
+        assert lk.interrupt_source(object()) is None
+    warned = [r.getMessage() for r in caplog.records if r.name == "agent.livekit_internals"]
+    assert len(warned) == 3, warned  # once per missing name
+    assert lk.CONTEXT_VAR in warned[0] and lk.installed_version() in warned[0]
+
+
+async def test_on_a_speech_handle_created_as_livekit_creates_one() -> None:
+    assert lk.current_speech_handle() is None  # not inside any speech
+    assert lk.missing_internals() == []  # also with a loop running
+    handle = SpeechHandle.create()
+    fut = lk.interrupt_future(handle)
+    assert isinstance(fut, asyncio.Future) and not fut.done()
+    assert lk.interrupt_source(handle) is None
+    handle.interrupt(source="user_turn")
+    assert fut.done() and handle.interrupted
+    assert lk.interrupt_source(handle) == "user_turn"
+    handle.interrupt(source="audio_activity")  # the first cause is the one kept
+    assert lk.interrupt_source(handle) == "user_turn"
+
+
+@pytest.mark.parametrize(
+    ("kind", "source", "cause"), [("api", "programmatic", "api"), ("vad", "audio_activity", "vad")]
+)
+async def test_inside_a_real_speech(monkeypatch: pytest.MonkeyPatch, kind: str, source: str, cause: str) -> None:
+    """The real call (AgentSession + VoiceAgent): the nodes see the speech that runs them, and the interrupt
+    future and source of the cut speech are the framework's."""
+    in_nodes: list[Any] = []
+    futures: dict[str, tuple[Any, asyncio.Future[None] | None]] = {}
+    current, future = lk.current_speech_handle, lk.interrupt_future
+
+    def recording_current() -> Any:
+        in_nodes.append(current())
+        return in_nodes[-1]
+
+    def recording_future(handle: Any) -> asyncio.Future[None] | None:
+        futures[handle.id] = (handle, future(handle))
+        return futures[handle.id][1]
+
+    monkeypatch.setattr(lk, "current_speech_handle", recording_current)
+    monkeypatch.setattr(lk, "interrupt_future", recording_future)
+    async with FakeOpenAIServer() as server:
+        out = await ScheduleRunner(server, ScriptedBackend(), EnergyVAD()).run(
+            [TurnPlan(words=8, cut=Cut(kind, "llm_token")), TurnPlan()]
+        )
+    assert out.violations == []
+    assert out.traces[0]["interruptions"][0]["source"] == cause
+    assert in_nodes and all(isinstance(h, SpeechHandle) and h.id in futures for h in in_nodes), in_nodes
+    (cut, cut_fut), *_, (last, last_fut) = futures.values()
+    assert isinstance(cut, SpeechHandle) and cut.interrupted and cut_fut is not None and cut_fut.done()
+    assert lk.interrupt_source(cut) == source
+    assert isinstance(last, SpeechHandle) and not last.interrupted and last_fut is not None and not last_fut.done()
+    assert lk.interrupt_source(last) is None
+    assert {h.id for h in in_nodes} >= {cut.id, last.id}
