@@ -41,7 +41,7 @@ class AgentConfig:
     tts_language: str = "auto"
     # LLM text into the TTS: "segments" (TextBridge segments, one engine stream each) or "tokens" (one engine
     # stream per reply in the model's streaming-text layout, text pushed as the LLM makes it); agent/tts.py
-    tts_text_input: str = "segments"
+    tts_text_input: str = "tokens"
     traces_dir: str = "traces"
     # failure handling: per-request timeouts and retries (a dead endpoint must not freeze the call)
     stt_timeout_s: float = 8.0
@@ -97,7 +97,7 @@ class AgentConfig:
             tts_engine_url=env.str("TTS_ENGINE_URL", ""),
             tts_speaker=env.str("TTS_SPEAKER", "serena"),
             tts_language=env.str("TTS_LANGUAGE", "auto"),
-            tts_text_input=env.choice("TTS_TEXT_INPUT", "segments", ("segments", "tokens")),
+            tts_text_input=env.choice("TTS_TEXT_INPUT", "tokens", ("tokens", "segments")),
             traces_dir=env.str("TRACES_DIR", "traces"),
             stt_timeout_s=env.float("STT_TIMEOUT_S", 8.0, lo=0.1, hi=300.0),
             llm_timeout_s=env.float("LLM_TIMEOUT_S", 10.0, lo=0.1, hi=300.0),

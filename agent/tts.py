@@ -10,13 +10,13 @@ Two ways in, one synthesis core (`_synthesize_segments`):
   `_mark_started`, start_segment, push, flush, end_segment), for code that uses the TTS directly.
 
 Two text paths, chosen by `text_input` (AgentConfig.tts_text_input, TTS_TEXT_INPUT):
-- "segments" (default): the TextBridge cuts the LLM text into segments (a short starter, then clauses and
+- "segments": the TextBridge cuts the LLM text into segments (a short starter, then clauses and
   sentences), each spoken by its own engine stream (`_synthesize_segments`).
-- "tokens": the LLM text goes into ONE engine stream per reply as it arrives (`_synthesize_tokens`), in the model's
-  streaming-text layout (one text token joins each codec frame step), so the first audio needs only the first
-  couple of tokens and no punctuation. Past what one stream's KV positions can speak, the stream is closed and the
-  rest of the reply goes through the segment path after it. Backends without `open_text_stream` (the remote one)
-  use segments.
+- "tokens" (default): the LLM text goes into ONE engine stream per reply as it arrives (`_synthesize_tokens`), in
+  the model's streaming-text layout (one text token joins each codec frame step), so the first audio needs only
+  the first couple of tokens and no punctuation. Past what one stream's KV positions can speak, the stream is
+  closed and the rest of the reply goes through the segment path after it. Backends without `open_text_stream`
+  (the remote one) use segments.
 
 Pipelining: a producer task runs the bridge's segments through the engine one after another into an
 unbounded frame queue, so segment N+1 is synthesised while segment N plays (no gap between

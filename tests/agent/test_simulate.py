@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from agent.config import AgentConfig
-from agent.simulate import SimOptions, load_vad, run_call, summarize
+from agent.tools.simulate import SimOptions, load_vad, run_call, summarize
 
 pytestmark = pytest.mark.skipif(
     subprocess.run(["which", "espeak-ng"], capture_output=True).returncode != 0, reason="needs espeak-ng"
@@ -47,7 +47,7 @@ def test_simulate_command_with_barge_in(tiny_checkpoint: Path, tmp_path: Path) -
     out = tmp_path / "sim"
     proc = subprocess.run(
         [sys.executable, "-m", "agent", "simulate", "--turns", "3", "--barge-in", "--out", str(out),
-         "--model-dir", str(tiny_checkpoint), "--max-frames-per-segment", "3"],
+         "--model-dir", str(tiny_checkpoint), "--max-frames-per-segment", "6"],
         capture_output=True, text=True, timeout=180,
         env={**__import__("os").environ, "TTS_DEEP_STREAM_DEVICE": "cpu"},
     )
