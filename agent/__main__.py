@@ -4,7 +4,7 @@
 - `dev` / `start` (and the other LiveKit CLI commands, e.g. `download-files`): the LiveKit worker
   (agent/worker.py) through `livekit.agents.cli`, so LiveKit's conventions and flags apply
   (`dev` = development mode with reload off; `start` = production).
-- `simulate --turns N [--barge-in] --out DIR`: a complete call without a LiveKit server (agent/simulate.py).
+- `simulate --turns N [--barge-in] --out DIR`: a complete call without a LiveKit server (agent/tools/simulate.py).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         print("preflight:")
         return 0 if report(run_checks(agent_cfg, engine_cfg)) else 1
     if command == "simulate":
-        from agent import simulate
+        from agent.tools import simulate
 
         parser = argparse.ArgumentParser(prog="python -m agent simulate", description=simulate.__doc__.splitlines()[0])
         simulate.add_arguments(parser)

@@ -85,7 +85,7 @@ class TurnTrace:
     errors: list[str] = field(default_factory=list)
     interruptions: list[Interruption] = field(default_factory=list)
     finished: bool = False
-    # called with (point, t) when a point is first marked, inside the code that marks it (agent.stress_instants)
+    # called with (point, t) when a point is first marked, inside the code that marks it (agent.tools.stress_instants)
     observer: Callable[[str, float], None] | None = field(default=None, repr=False, compare=False)
 
     def mark(self, point: str, t: float | None = None) -> None:

@@ -108,7 +108,7 @@ def release_free_memory() -> bool:
 
     Called when a call ends: a call's buffers (audio frames, events, transcripts) are freed then, but glibc keeps
     the freed pages, fragmented between live blocks, so a worker's RSS would stay at its busiest call's
-    high-water mark for the rest of its life. The soak (`python -m harness.stress --turns`) measures the effect.
+    high-water mark for the rest of its life. The soak (`python -m agent.tools.stress --turns`) measures the effect.
     """
     import ctypes
     import ctypes.util

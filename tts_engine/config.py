@@ -83,7 +83,7 @@ class EngineConfig:
     metrics: bool = True
     # torch threads when the engine runs on a CPU (process-wide); 0 = torch's default. From the environment the
     # default is one core fewer than the machine has: the worker's media path (WebRTC, VAD) needs a free core, or
-    # its 20 ms packets leave in bursts and listeners' jitter buffers grow (agent/callbench/results/notes.md).
+    # its 20 ms packets leave in bursts and listeners' jitter buffers grow (agent/tools/callbench/results/notes.md).
     cpu_threads: int = 0
     cudagraph_talker: bool = True  # only meaningful on CUDA
     cudagraph_predictor: bool = True

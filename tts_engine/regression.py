@@ -38,6 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from tts_engine.percentiles import percentiles
+
 log = logging.getLogger("tts_engine.regression")
 
 SAMPLES_PER_FRAME = 1920
@@ -268,13 +270,14 @@ def evaluate(
     if ttfa_target is None:
         gates["ttfa"] = skipped("CPU run: TTFA has no target on CPU")
     else:
-        p95 = round(float(np.percentile(ttfas, 95)), 2) if ttfas else None
+        spread = percentiles(ttfas, digits=2)
+        p95 = spread["p95"]
         gates["ttfa"] = gate(
             p95 is not None and p95 <= ttfa_target,
             p95,
             ttfa_target,
             unit="ms",
-            p50=round(float(np.percentile(ttfas, 50)), 2) if ttfas else None,
+            p50=spread["p50"],
             samples=len(ttfas),
         )
     return gates

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.duplex import State
-from agent.fake_openai import FakeOpenAIServer, Script
 from agent.output import FrameRecord
+from agent.tools.fake_openai import FakeOpenAIServer, Script
 from agent.voice import Call
 from tests.agent.duplex_harness import (
     EnergyVAD,

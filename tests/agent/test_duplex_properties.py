@@ -32,7 +32,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.fake_openai import FakeOpenAIServer
+from agent.tools.fake_openai import FakeOpenAIServer
 from tests.agent.duplex_harness import EnergyVAD, ScriptedBackend, TTSPlan
 from tests.agent.duplex_schedule import MILESTONES, Cut, ScheduleRunner, TurnPlan
 

@@ -15,8 +15,8 @@ import pytest
 
 from agent.config import AgentConfig
 from agent.duplex import State
-from agent.fake_openai import FakeOpenAIServer
-from agent.simulate import SimOptions, load_vad, run_call
+from agent.tools.fake_openai import FakeOpenAIServer
+from agent.tools.simulate import SimOptions, load_vad, run_call
 
 pytestmark = pytest.mark.skipif(
     subprocess.run(["which", "espeak-ng"], capture_output=True).returncode != 0, reason="needs espeak-ng"

@@ -15,7 +15,7 @@ from livekit.agents.voice import agent_activity
 from livekit.agents.voice.speech_handle import SpeechHandle
 
 from agent import livekit_internals as lk
-from harness.fake_openai import FakeOpenAIServer
+from agent.tools.fake_openai import FakeOpenAIServer
 from tests.agent.duplex_harness import EnergyVAD, ScriptedBackend
 from tests.agent.duplex_schedule import Cut, ScheduleRunner, TurnPlan
 

@@ -8,8 +8,8 @@ import dataclasses
 from livekit.agents import APIConnectOptions, llm
 
 from agent.config import AgentConfig
-from agent.fake_openai import FakeOpenAIServer, Script
 from agent.llm import build_llm, stream_with_continuation
+from agent.tools.fake_openai import FakeOpenAIServer, Script
 
 REPLY = "one two three four five six seven eight nine ten."
 

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from livekit import rtc
 
-from agent.callbench.speech import speak
 from agent.config import AgentConfig
 from agent.local import llm_server
 from agent.local.defaults import LOCAL_LLM_MODEL, ensure_random_checkpoint
 from agent.preflight import report, run_checks
+from agent.tools.callbench.speech import speak
 from tts_engine.config import EngineConfig
 from tts_engine.errors import ConfigError
 

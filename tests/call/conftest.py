@@ -1,4 +1,4 @@
-"""One real local stack for the call tests (agent/callbench/stack.py): LiveKit's own server, llama.cpp with
+"""One real local stack for the call tests (agent/tools/callbench/stack.py): LiveKit's own server, llama.cpp with
 SmolLM2, the token server + page and the agent worker with faster-whisper and the random-weight TTS, all
 started by scripts/start_all.sh on free loopback ports. Nothing here is a stand-in: a failing part fails
 the tests (they never skip)."""
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.callbench.speech import speech_wav
-from agent.callbench.stack import LocalStack
+from agent.tools.callbench.speech import speech_wav
+from agent.tools.callbench.stack import LocalStack
 
 # Short answers keep each turn a few seconds; 2 calls per worker make LiveKit's dispatch observable.
 STACK_ENV = {"LLM_MAX_TOKENS": "40", "AGENT_MAX_SESSIONS": "2", "AGENT_LOAD_THRESHOLD": "0.9"}

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.callbench.browser import BrowserCall
-from agent.callbench.measure import match_barge_ins
-from agent.callbench.stack import LocalStack
+from agent.tools.callbench.browser import BrowserCall
+from agent.tools.callbench.measure import match_barge_ins
+from agent.tools.callbench.stack import LocalStack
 from agent.tracing import POINTS
 
 pytestmark = [pytest.mark.browser, pytest.mark.call]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent import trace_review
+from agent.tools import trace_review
 from agent.tracing import TraceCollector
 
 FIXTURE = Path(__file__).parent / "fixtures" / "traces_sample.jsonl"
@@ -87,7 +87,7 @@ def test_cli_json_and_plot(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "agent.trace_review",
+            "agent.tools.trace_review",
             str(FIXTURE),
             "--json",
             "--plot",
@@ -108,19 +108,21 @@ def test_cli_json_and_plot(tmp_path: Path) -> None:
 
 def test_cli_table_and_empty_input(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "agent.trace_review", str(FIXTURE)], capture_output=True, text=True, cwd=ROOT, timeout=60
+        [sys.executable, "-m", "agent.tools.trace_review", str(FIXTURE)],
+        capture_output=True, text=True, cwd=ROOT, timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
     assert "cancel→silence" in proc.stdout and "problem " in proc.stdout
     bad = tmp_path / "bad.jsonl"
     bad.write_text("nope\n{}\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "agent.trace_review", str(bad)], capture_output=True, text=True, cwd=ROOT, timeout=60
+        [sys.executable, "-m", "agent.tools.trace_review", str(bad)],
+        capture_output=True, text=True, cwd=ROOT, timeout=60,
     )
     assert proc.returncode == 1
     assert "bad.jsonl:1: not JSON" in proc.stdout and "bad.jsonl:2: no trace points" in proc.stdout
     proc = subprocess.run(
-        [sys.executable, "-m", "agent.trace_review", str(FIXTURE), "--since", "soon"],
+        [sys.executable, "-m", "agent.tools.trace_review", str(FIXTURE), "--since", "soon"],
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -7,11 +7,12 @@ the table/JSON rendering without a GPU.
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+from tts_engine.percentiles import percentile  # one definition (the bench modules import it from here)
 
 
 class BenchError(RuntimeError):
@@ -29,18 +30,6 @@ def require_cuda() -> None:
             "the benchmarks need a CUDA GPU, and torch.cuda.is_available() is False on this machine "
             f"(torch {torch.__version__}); run `python -m tts_engine bench ...` on the GPU machine"
         )
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile (numpy's default method), q in [0, 100]."""
-    if not values:
-        raise ValueError("percentile of an empty list")
-    if not 0.0 <= q <= 100.0:
-        raise ValueError(f"percentile q={q} is out of range (allowed: 0..100)")
-    data = sorted(values)
-    pos = (len(data) - 1) * q / 100.0
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
 
 
 def summarize(values: Sequence[float]) -> dict[str, float]:

@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tts_engine.bench.stats import percentile, require_cuda
+from tts_engine.bench.stats import require_cuda
+from tts_engine.percentiles import percentiles
 
 MIXED = (
     "第1章：系统在2024年3月15日上线，处理了1,234,567次请求，平均延迟是3.14毫秒。"
@@ -34,7 +35,7 @@ SHORT = "Hello there, this is a short test."
 
 
 def _pct(values: list[float]) -> dict[str, float]:
-    return {"p50": round(percentile(values, 50), 2), "p95": round(percentile(values, 95), 2), "n": len(values)}
+    return {**percentiles(values, digits=2), "n": len(values)}
 
 
 async def _first_packet_ms(handle: Any, t0: float) -> float:

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections import deque
@@ -21,6 +20,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
+
+from tts_engine.percentiles import percentile
 
 SAMPLE_RATE = 24_000
 RECENT_STREAMS = 256  # completed streams kept for the TTFA / RTF percentiles in stats()
@@ -163,12 +164,8 @@ class EngineCounters:
         return out
 
 
-def _percentile(ordered: list[float], q: float, digits: int) -> float | None:
-    """Nearest-rank percentile of an ascending list (None when empty)."""
-    if not ordered:
-        return None
-    rank = max(0, min(len(ordered) - 1, math.ceil(q / 100.0 * len(ordered)) - 1))
-    return round(ordered[rank], digits)
+def _percentile(values: list[float], q: float, digits: int) -> float | None:
+    return round(percentile(values, q), digits) if values else None
 
 
 class StepTimer:

@@ -1,8 +1,8 @@
-"""`python -m agent.callbench --turns 10 --out DIR`: voice-to-voice latency and barge-in, measured in a browser.
+"""`python -m agent.tools.callbench --turns 10 --out DIR`: voice-to-voice latency and barge-in, measured in a browser.
 
 Starts the local stack (scripts/start_all.sh on free ports, embedded defaults), calls it from headless
 Chromium with a WAV of questions as the microphone, and writes DIR/callbench.json and DIR/callbench.md
-(agent/callbench/bench.py says what is measured). Exit 0 when every question was heard and answered and
+(agent/tools/callbench/bench.py says what is measured). Exit 0 when every question was heard and answered and
 both latency targets hold, 1 otherwise.
 """
 
@@ -13,16 +13,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-from agent.callbench.bench import markdown, run, write
+from agent.tools.callbench.bench import markdown, run, write
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agent.callbench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m agent.tools.callbench", description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=10, help="questions in the call (default 10)")
     parser.add_argument("--gap", type=float, default=7.0, help="seconds after each question (default 7)")
     parser.add_argument("--out", type=Path, required=True, help="folder for callbench.json and callbench.md")
-    parser.add_argument("--text-input", choices=("segments", "tokens"), default="segments",
-                        help="how the agent hands LLM text to the engine (TTS_TEXT_INPUT; default segments)")
+    parser.add_argument("--text-input", choices=("segments", "tokens"), default="tokens",
+                        help="how the agent hands LLM text to the engine (TTS_TEXT_INPUT; default tokens)")
     args = parser.parse_args(argv)
     if not 1 <= args.turns <= 50:
         parser.error(f"--turns={args.turns} is out of range (allowed: 1..50)")

@@ -7,7 +7,7 @@ the edges: `WavMicrophone` plays espeak-ng speech in real time as the user's mic
 HTTP + SSE on 127.0.0.1) plays vLLM with scripted transcripts, replies and latencies. The TTS is the
 real engine (a tiny random checkpoint on CPU unless `--model-dir` / `--tts-url` say otherwise).
 
-Reusable harness (agent/stress.py builds on it): `await run_call(SimOptions(...), backend=..., vad=...)`
+Reusable harness (agent/tools/stress.py builds on it): `await run_call(SimOptions(...), backend=..., vad=...)`
 returns a `CallResult` with per-turn `TurnResult`s, the frame log and the trace records;
 `summarize(result)` computes summary.json:
   turns, errors, trace_complete (fraction of turns with all nine points, non-decreasing),
@@ -47,12 +47,13 @@ from livekit.agents.voice import io
 
 from agent.config import AgentConfig
 from agent.engine_client import TTSBackend
-from agent.fake_openai import FakeOpenAIServer, Script
 from agent.output import FrameRecord
+from agent.tools.fake_openai import FakeOpenAIServer, Script
 from agent.voice import Call, tune_runtime
 from tts_engine.errors import CheckpointError
+from tts_engine.percentiles import percentiles
 
-logger = logging.getLogger("agent.simulate")
+logger = logging.getLogger("agent.tools.simulate")
 
 MIC_RATE = 16_000
 MIC_FRAME_MS = 10
@@ -323,10 +324,7 @@ async def run_call(opts: SimOptions, *, backend: TTSBackend, vad: Any) -> CallRe
 
 
 def _pct(values: list[float]) -> dict[str, float | None]:
-    if not values:
-        return {"p50": None, "p95": None}
-    arr = np.asarray(values, dtype=np.float64)
-    return {"p50": round(float(np.percentile(arr, 50)), 3), "p95": round(float(np.percentile(arr, 95)), 3)}
+    return percentiles(values)
 
 
 def summarize(result: CallResult, *, expected_turns: int) -> dict[str, Any]:
@@ -403,7 +401,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--barge-in-delay-ms", type=float, default=300.0)
     parser.add_argument("--tts-text-input", choices=("segments", "tokens"), default=None,
-                        help="TTS text path (default: TTS_TEXT_INPUT, else segments)")
+                        help="TTS text path (default: TTS_TEXT_INPUT, else tokens)")
     parser.add_argument("--token-interval-ms", type=float, default=5.0, help="scripted LLM time per token (5)")
     parser.add_argument("--llm-ttft-ms", type=float, default=30.0, help="scripted LLM time to first token (30)")
 

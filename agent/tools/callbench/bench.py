@@ -23,10 +23,11 @@ from typing import Any
 
 import numpy as np
 
-from agent.callbench.browser import BrowserCall
-from agent.callbench.measure import match_barge_ins, match_turns
-from agent.callbench.speech import RATE, speak
-from agent.callbench.stack import LocalStack
+from agent.tools.callbench.browser import BrowserCall
+from agent.tools.callbench.measure import match_barge_ins, match_turns
+from agent.tools.callbench.speech import RATE, speak
+from agent.tools.callbench.stack import LocalStack
+from tts_engine.percentiles import percentiles
 
 # (question, a word whisper must hear in it)
 QUESTIONS = [
@@ -59,7 +60,7 @@ def questions_wav(path: Path, turns: int, gap_s: float) -> list[tuple[str, str]]
 
 
 def pct(values: list[float], p: float) -> float | None:
-    return round(float(np.percentile(values, p)), 1) if values else None
+    return percentiles(values, (p,), digits=1)[f"p{p:g}"]
 
 
 def versions() -> dict[str, str]:
@@ -144,7 +145,7 @@ def run(
     report = {
         "benchmark": "callbench",
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "command": "python -m agent.callbench " + " ".join(sys.argv[1:]),
+        "command": "python -m agent.tools.callbench " + " ".join(sys.argv[1:]),
         "device": device(),
         "versions": versions(),
         "config": {"turns": turns, "gap_s": gap_s, "vad_hangover_ms": hangover_ms, "llm_max_tokens": 40,

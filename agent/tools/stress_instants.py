@@ -1,6 +1,6 @@
-"""Barge-in at precise instants of a reply: `python -m agent.stress --rounds N --instants --out DIR`.
+"""Barge-in at precise instants of a reply: `python -m agent.tools.stress --rounds N --instants --out DIR`.
 
-The random mode (agent/stress.py) cuts a reply by real VAD-detected speech somewhere after its first
+The random mode (agent/tools/stress.py) cuts a reply by real VAD-detected speech somewhere after its first
 frame; VAD needs ~0.5 s of speech, so it cannot reach the first milliseconds of a reply. This mode cuts
 each reply with the public `AgentSession.interrupt()` at an exact instant: inside the callback that
 reports a milestone of the reply (0 ticks) or 1-2 event-loop iterations later. Milestones, cycled over
@@ -28,14 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from agent.fake_openai import FakeOpenAIServer, Script
 from agent.output import FrameRecord
-from agent.simulate import WavMicrophone, espeak_pcm
+from agent.tools.fake_openai import FakeOpenAIServer, Script
+from agent.tools.simulate import WavMicrophone, espeak_pcm
 from agent.voice import Call
+from tts_engine.percentiles import percentiles
 
-logger = logging.getLogger("agent.stress_instants")
+logger = logging.getLogger("agent.tools.stress_instants")
 
 INSTANTS = (
     ("speech_created", 1),
@@ -213,9 +212,7 @@ def summarize(records: list[Round], extra: dict[str, Any], engine_streams: int, 
         "leaked_tasks": extra["leaked_tasks"],
         "illegal_transitions": extra["illegal_transitions"],
         "engine_slots_in_use_at_end": engine_streams,
-        "settle_ms": {"p50": float(np.percentile(settle, 50)) if settle else None,
-                      "p95": float(np.percentile(settle, 95)) if settle else None,
-                      "max": max(settle) if settle else None},
+        "settle_ms": {**percentiles(settle), "max": max(settle) if settle else None},
         "wall_s": round(wall_s, 1),
         "stuck": [f"round {r.index}: {r.stuck}" for r in records if r.stuck][:50],
         "untruthful": lies[:50],
@@ -236,9 +233,9 @@ def write(out: Path, records: list[Round], summary: dict[str, Any]) -> None:
 
 
 def main_instants(args: Any, cfg: Any, out: Path) -> int:
-    """`python -m agent.stress --rounds N --instants` (argument checks done by agent.stress)."""
-    from agent.simulate import load_backend, load_vad
-    from agent.stress import ErrorLog
+    """`python -m agent.tools.stress --rounds N --instants` (argument checks done by agent.tools.stress)."""
+    from agent.tools.simulate import load_backend, load_vad
+    from agent.tools.stress import ErrorLog
     from agent.voice import tune_runtime
 
     backend, engine = load_backend(args, out)

@@ -1,7 +1,7 @@
-"""Barge-in stress and soak runs on the simulated call: `python -m agent.stress --rounds N | --turns N --out DIR`.
+"""Barge-in stress and soak runs on the simulated call: `python -m agent.tools.stress --rounds N | --turns N --out DIR`.
 
 Contract:
-- The call is the production `agent.voice.Call` driven by the simulator's pieces (agent/simulate.py):
+- The call is the production `agent.voice.Call` driven by the simulator's pieces (agent/tools/simulate.py):
   espeak-ng speech played in real time as the microphone, Silero VAD, the fake OpenAI-compatible server
   (real HTTP) as STT and LLM, the real TTS engine (tiny random checkpoint on CPU unless --model-dir /
   --tts-url), frames timestamped as they are captured into the `rtc.AudioSource`.
@@ -46,12 +46,13 @@ from typing import Any
 import numpy as np
 
 from agent.config import AgentConfig
-from agent.fake_openai import FakeOpenAIServer, Script
 from agent.output import FrameRecord
-from agent.simulate import WavMicrophone, espeak_pcm, load_backend, load_vad
+from agent.tools.fake_openai import FakeOpenAIServer, Script
+from agent.tools.simulate import WavMicrophone, espeak_pcm, load_backend, load_vad
 from agent.voice import Call, release_free_memory, tune_runtime
+from tts_engine.percentiles import percentiles
 
-logger = logging.getLogger("agent.stress")
+logger = logging.getLogger("agent.tools.stress")
 
 # Short utterances keep each round short; each is long enough (> 0.5 s of speech) to count as a barge-in.
 USER_LINES = ["hello there", "tell me more", "wait a second please", "hello can you hear me"]
@@ -139,15 +140,7 @@ def rss_parts_mb() -> dict[str, float]:
 
 
 def _pct(values: list[float]) -> dict[str, float | int | None]:
-    if not values:
-        return {"count": 0, "p50": None, "p95": None, "max": None}
-    arr = np.asarray(values, dtype=np.float64)
-    return {
-        "count": len(values),
-        "p50": round(float(np.percentile(arr, 50)), 3),
-        "p95": round(float(np.percentile(arr, 95)), 3),
-        "max": round(float(arr.max()), 3),
-    }
+    return {"count": len(values), **percentiles(values), "max": round(max(values), 3) if values else None}
 
 
 async def _until(cond: Callable[[], bool], timeout: float) -> bool:
@@ -552,7 +545,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tts-url", default="", help="use a running `python -m tts_engine serve` instead")
     parser.add_argument("--max-frames-per-segment", type=int, default=6, help="codec frame cap per segment; 0 = none")
     parser.add_argument("--instants", action="store_true",
-                        help="with --rounds: cut each reply at a precise instant of it (agent/stress_instants.py)")
+                        help="with --rounds: cut each reply at a precise instant of it (tools/stress_instants.py)")
 
 
 def _check(args: argparse.Namespace) -> str | None:
@@ -574,12 +567,12 @@ def _check(args: argparse.Namespace) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agent.stress", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m agent.tools.stress", description=__doc__.splitlines()[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
     problem = _check(args)
     if problem:
-        print(f"agent.stress: {problem}", file=sys.stderr)
+        print(f"agent.tools.stress: {problem}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     mode = "stress" if args.rounds is not None else "soak"
@@ -588,9 +581,9 @@ def main(argv: list[str] | None = None) -> int:
     cfg = dataclasses.replace(AgentConfig.from_env(), aec_warmup_s=0.0, resume_false_interruption=False)
     if args.instants:
         if mode != "stress":
-            print("agent.stress: --instants goes with --rounds", file=sys.stderr)
+            print("agent.tools.stress: --instants goes with --rounds", file=sys.stderr)
             return 2
-        from agent.stress_instants import main_instants
+        from agent.tools.stress_instants import main_instants
 
         return main_instants(args, cfg, out)
     opts = StressOptions(

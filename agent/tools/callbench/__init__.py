@@ -1,4 +1,4 @@
-"""Real calls, driven and measured: the local stack, a browser caller and `python -m agent.callbench`.
+"""Real calls, driven and measured: the local stack, a browser caller and `python -m agent.tools.callbench`.
 
 A test and measurement tool, not part of the worker: nothing in the worker imports it.
 - `stack.LocalStack`: the whole stack through scripts/start_all.sh (local LiveKit server, llama.cpp LLM,

@@ -34,7 +34,7 @@ class RtcCaller:
         self.transcripts: list[tuple[str, str]] = []
         with wave.open(str(wav)) as w:
             if w.getframerate() != RATE or w.getnchannels() != 1:
-                raise ValueError(f"{wav}: expected 48 kHz mono (agent.callbench.speech writes that)")
+                raise ValueError(f"{wav}: expected 48 kHz mono (agent.tools.callbench.speech writes that)")
             self._pcm = np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16)
         self._tasks: set[asyncio.Task] = set()
 

@@ -1,4 +1,4 @@
-"""Latency review of per-turn traces: `python -m agent.trace_review FILES... [--since T] [--plot PNG] [--json]`.
+"""Latency review of per-turn traces: `python -m agent.tools.trace_review FILES... [--since T] [--plot PNG] [--json]`.
 
 Contract:
 - Input: JSONL files written by the TraceCollector (DESIGN.md §5, traces/README.md): one JSON object per
@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.tracing import POINTS, SEGMENTS  # the writer's names: one source of truth
+from tts_engine.percentiles import percentile
 
 CANCEL = "cancel_to_silence"
 # display labels (the issue's names); JSON output uses the writer's keys
@@ -195,16 +196,6 @@ def read_traces(paths: Iterable[Path]) -> tuple[list[Turn], list[Problem]]:
     return turns, problems
 
 
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile (numpy's default method) of an ascending sequence."""
-    if not sorted_values:
-        raise ValueError("percentile of no values")
-    pos = (len(sorted_values) - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
-
 def segment_values(turns: Iterable[Turn], problems: list[Problem]) -> dict[str, list[tuple[float, Turn]]]:
     """ms values per segment, each with its turn; negative spans are reported and left out."""
     values: dict[str, list[tuple[float, Turn]]] = {name: [] for name, _, _ in SEGMENTS}
@@ -365,7 +356,7 @@ def _expand(paths: Sequence[str]) -> Iterator[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agent.trace_review", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m agent.tools.trace_review", description=__doc__.split("\n")[0])
     parser.add_argument("files", nargs="+", help="trace JSONL files (a directory means its *.jsonl)")
     parser.add_argument("--since", help="only turns at/after this time: ISO 8601, epoch seconds, or 30m/2h/1d ago")
     parser.add_argument("--plot", type=Path, help="write a PNG of the latency breakdown here")

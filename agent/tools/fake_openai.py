@@ -15,7 +15,7 @@ faults `slow` (sleeps `slow_s` first), `500`, `malformed` (broken JSON / SSE). `
 changes them at run time. Every request body is kept in `requests` for tests. A client closing an SSE
 stream mid-reply (the agent's barge-in cancel) is normal: counted in `streams_dropped`, logged at DEBUG.
 
-CLI: `python -m agent.fake_openai --port N [--host H] [--stt-latency-ms MS] [--llm-ttft-ms MS]`.
+CLI: `python -m agent.tools.fake_openai --port N [--host H] [--stt-latency-ms MS] [--llm-ttft-ms MS]`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any
 
 from aiohttp import web
 
-logger = logging.getLogger("agent.fake_openai")
+logger = logging.getLogger("agent.tools.fake_openai")
 
 FAULTS = (None, "slow", "500", "malformed")
 
@@ -311,7 +311,7 @@ def _error(status: int, message: str) -> web.Response:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agent.fake_openai", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m agent.tools.fake_openai", description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--stt-latency-ms", type=float, default=50.0)
