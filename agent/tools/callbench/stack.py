@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]  # agent/tools/callbench/stack.py -> the repository
 PRODUCTION_VARIABLES = ("LIVEKIT_URL", "LLM_BASE_URL", "STT_BASE_URL", "TTS_DEEP_STREAM_MODEL_DIR", "TTS_ENGINE_URL")
 
 
