@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from livekit.agents.voice import agent_activity
 from livekit.agents.voice.speech_handle import SpeechHandle
 
 from agent import livekit_internals as lk
@@ -44,7 +43,7 @@ def test_a_missing_name_is_reported_and_falls_back_with_one_warning(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(lk, "_warned", set())
-    monkeypatch.delattr(agent_activity, "_SpeechHandleContextVar")
+    monkeypatch.setattr(lk, "_context_var", lambda: None)  # as if agent_activity had lost the name
     assert lk.missing_internals() == [lk.CONTEXT_VAR]
     with caplog.at_level(logging.WARNING, logger="agent.livekit_internals"):
         assert lk.current_speech_handle() is None
