@@ -37,13 +37,13 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PIP=("$VENV/bin/python" -m pip install -q)
 
-# --- torch: the CPU build where there is no NVIDIA GPU (a local file on our machines), CUDA otherwise
+# --- torch: skipped when importable; else torch==2.13.0 from PyPI (its Linux build carries CUDA and runs on a CPU)
 if ! "$VENV/bin/python" -c 'import torch' >/dev/null 2>&1; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     say "NVIDIA GPU found: installing the CUDA build of torch"
     "${PIP[@]}" torch
   else
-    say "no NVIDIA GPU: installing the CPU build torch==2.13.0"
+    say "no NVIDIA GPU: installing torch==2.13.0 from PyPI (its Linux build runs on a CPU; a large download)"
     "${PIP[@]}" torch==2.13.0
   fi
 fi
