@@ -59,10 +59,6 @@ def questions_wav(path: Path, turns: int, gap_s: float) -> list[tuple[str, str]]
     return chosen
 
 
-def pct(values: list[float], p: float) -> float | None:
-    return percentiles(values, (p,), digits=1)[f"p{p:g}"]
-
-
 def versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     for name in ("livekit-agents", "livekit", "faster-whisper", "llama-cpp-python", "torch", "playwright"):
@@ -104,7 +100,7 @@ def receiver_stats(inbound: list[dict]) -> dict[str, float | None]:
 
 
 def run(
-    workdir: Path, *, turns: int, gap_s: float, hangover_ms: float = 200.0, text_input: str = "segments"
+    workdir: Path, *, turns: int, gap_s: float, hangover_ms: float = 200.0, text_input: str = "tokens"
 ) -> dict[str, Any]:
     wav = workdir / "questions.wav"
     chosen = questions_wav(wav, turns, gap_s)
@@ -137,7 +133,7 @@ def run(
 
     def summary(rows: list[dict], key: str) -> dict[str, float | None]:
         values = [r[key] for r in rows if r.get(key) is not None]
-        return {"n": len(values), "p50": pct(values, 50), "p95": pct(values, 95)}
+        return {"n": len(values), **percentiles(values, digits=1)}
 
     keys = ("response_ms", "voice_to_voice_ms", "vad_end_lag_ms", "stt_ms", "llm_ttft_ms", "tts_first_packet_ms",
             "server_e2e_ms", "publish_to_heard_ms", "overhead_ms", "vad_to_stt_ms", "stt_to_llm_ms", "bridge_ms",
