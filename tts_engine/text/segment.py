@@ -168,20 +168,18 @@ def _longest_prefix(text: str, count: Callable[[str], int], limit: int) -> int:
     return lo
 
 
-def _units(text: str, count: Callable[[str], int], limit: int, level: int = 0,
-           groups: list[int] | None = None) -> list[tuple[str, int, int]]:
-    """(piece, cost, group) units of a text, each within `limit`: the text itself, else its sentences (level 0),
-    clauses (1), words / CJK characters (2), and last raw characters (3). Units from one split share a group, and
-    only units of one group are packed together later (a clause fragment never joins the next clause)."""
-    groups = groups if groups is not None else [0]
+def _units(text: str, count: Callable[[str], int], limit: int, groups: list[int],
+           level: int = 1) -> list[tuple[str, int, int]]:
+    """(piece, cost, group) units of one sentence, each within `limit`: the text itself, else its clauses (level 1),
+    words / CJK characters (2), and last raw characters (3). Units from one split share a group (`groups[0]` is the
+    last number taken), and only units of one group are packed together later (a clause fragment never joins the
+    next clause)."""
     cost = count(text)
     if cost <= limit:
         return [(text, cost, groups[0])]
     groups[0] += 1
     group = groups[0]
-    if level == 0:
-        parts = split_sentences(text)
-    elif level == 1:
+    if level == 1:
         parts = _pieces(text, [cut for cut, _ in find_boundaries(text, final=True)])
     elif level == 2:
         parts = _pieces(text, safe_cuts(text))
@@ -193,14 +191,14 @@ def _units(text: str, count: Callable[[str], int], limit: int, level: int = 0,
             rest = rest[cut:]
         return [(p, count(p), group) for p in parts]
     if len(parts) <= 1:
-        return _units(text, count, limit, level + 1, groups)
+        return _units(text, count, limit, groups, level + 1)
     out: list[tuple[str, int, int]] = []
     for part in parts:
         part_cost = count(part)
         if part_cost <= limit:
             out.append((part, part_cost, group))
         else:
-            out.extend(_units(part, count, limit, level + 1, groups))
+            out.extend(_units(part, count, limit, groups, level + 1))
     return out
 
 
@@ -234,7 +232,7 @@ def iter_split_to_fit(text: str, count: Callable[[str], int], limit: int, join_c
     first = next(sentences)
     rest = next(sentences, None)
     if rest is None:  # one sentence over the limit: clauses, words, then characters
-        units: Iterable[tuple[str, int, int]] = _units(text, count, limit, 1, groups)
+        units: Iterable[tuple[str, int, int]] = _units(text, count, limit, groups)
     else:
         units = _sentence_units(chain([first, rest], sentences), count, limit, groups)
     current: tuple[str, int, int] | None = None
@@ -256,7 +254,7 @@ def _sentence_units(sentences: Iterable[str], count: Callable[[str], int], limit
         if cost <= limit:
             yield sentence, cost, 1
         else:
-            yield from _units(sentence, count, limit, 1, groups)
+            yield from _units(sentence, count, limit, groups)
 
 
 @dataclass(frozen=True)
