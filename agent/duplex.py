@@ -36,9 +36,9 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
 
+from agent.reply import Reply, Silenceable
 from agent.tracing import Interruption, TraceCollector, TurnTrace
 
 logger = logging.getLogger("agent.duplex")
@@ -59,51 +59,6 @@ LEGAL: dict[State, frozenset[State]] = {
     # INTERRUPTING -> THINKING: the barge-in utterance ended before the cascade reported back
     State.INTERRUPTING: frozenset({State.LISTENING, State.THINKING}),
 }
-
-
-class Silenceable(Protocol):
-    def silence(self, reply_id: str) -> float:
-        """Close the gate for `reply_id`, clear queued audio; return the perf_counter time it was done."""
-        ...
-
-
-@dataclass
-class Reply:
-    """One agent answer (one speech): what must be cancelled on barge-in and what it published."""
-
-    reply_id: str
-    turn: TurnTrace | None
-    llm_closers: list[Callable[[], Any]] = field(default_factory=list)
-    tts_tasks: set[asyncio.Task[Any]] = field(default_factory=set)
-    frames_published: int = 0
-    interruption: Interruption | None = None
-    done: bool = False
-    speech_key: str | None = None
-
-    @property
-    def closed(self) -> bool:
-        """Nothing more of this reply may be generated or played (finished or cut)."""
-        return self.done or self.interruption is not None
-
-    def add_llm_stream(self, closer: Callable[[], Any]) -> None:
-        """Register an LLM stream for the cascade; one opened after the cut is closed at once."""
-        if self.interruption is None:
-            self.llm_closers.append(closer)
-            return
-        result = closer()
-        if asyncio.iscoroutine(result):
-            asyncio.ensure_future(result)
-
-    def add_tts_task(self, task: asyncio.Task[Any]) -> None:
-        """Register a TTS producer for the cascade; one started after the cut is cancelled at once."""
-        if self.interruption is None:
-            self.tts_tasks.add(task)
-        else:
-            task.cancel()
-
-    @property
-    def turn_id(self) -> str:
-        return self.turn.turn_id if self.turn is not None else f"reply-{self.reply_id}"
 
 
 @dataclass

@@ -51,10 +51,11 @@ from livekit.agents.voice.agent_session import SessionConnectOptions
 
 from agent import livekit_internals
 from agent.config import AgentConfig
-from agent.duplex import DuplexController, Reply
+from agent.duplex import DuplexController
 from agent.engine_client import TTSBackend
 from agent.llm import build_llm, history_for_request, stream_with_continuation
 from agent.output import FrameRecord, RtcAudioOutput
+from agent.reply import Reply
 from agent.stt import ObservedSTT, OmniSTT, STTObserver
 from agent.tracing import TraceCollector
 from agent.tts import QwenTTS, SynthesisHooks
