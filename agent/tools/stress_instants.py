@@ -234,8 +234,8 @@ def write(out: Path, records: list[Round], summary: dict[str, Any]) -> None:
 
 def main_instants(args: Any, cfg: Any, out: Path) -> int:
     """`python -m agent.tools.stress --rounds N --instants` (argument checks done by agent.tools.stress)."""
+    from agent.tools.process_probes import ErrorLog
     from agent.tools.simulate import load_backend, load_vad
-    from agent.tools.stress import ErrorLog
     from agent.voice import tune_runtime
 
     backend, engine = load_backend(args, out)

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from agent.tools.stress import rss_parts_mb
+from agent.tools.process_probes import rss_parts_mb
 from agent.voice import release_free_memory
 
 
