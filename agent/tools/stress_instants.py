@@ -30,7 +30,7 @@ from typing import Any
 
 from agent.output import FrameRecord
 from agent.tools.fake_openai import FakeOpenAIServer, Script
-from agent.tools.simulate import WavMicrophone, espeak_pcm
+from agent.tools.sim_microphone import WavMicrophone, espeak_pcm
 from agent.voice import Call
 from tts_engine.percentiles import percentiles
 
