@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT_PACKAGES = ("agent", "tts_engine", "token_server")
+PRODUCT_PACKAGES = ("agent", "tts_engine", "token_server", "envfile")
 # tools inside product packages: they drive or measure the product, never run in a server or the worker
 TOOL_FOLDERS = ("tts_engine/bench", "agent/tools")
-MAX_LINES = 440  # "about 400": a module past this mixes responsibilities
+MAX_LINES = 420  # "about 400" (5 % slack): a module past this mixes responsibilities
 
 WORKER_GRAPH = """
 import json, sys
