@@ -338,6 +338,11 @@ class Call:
             reply.turn.errors.append(line)
             reply.turn.outcome = "error"
 
+    @property
+    def apology_pending(self) -> bool:
+        """An apology was said and its speech is not done yet (a further failure meanwhile says no second one)."""
+        return self._apology_pending
+
     def _say_apology(self) -> None:
         if self._apology_pending:
             return

@@ -125,6 +125,20 @@ async def _until(cond: Callable[[], bool], timeout: float, what: str) -> None:
         await asyncio.sleep(0.005)
 
 
+def describe(call: Call) -> str:
+    """Where a call stands, for a harness timeout: enough to tell a stuck state from a slow host."""
+    ctl, session, turn = call.controller, call.session, call.collector.current
+    speech = session.current_speech
+    parts = [
+        f"controller {ctl.state.value}, reply {'open' if ctl.reply is not None else 'none'}",
+        f"livekit {session.agent_state}, speech {'none' if speech is None else speech.id}",
+        f"apology pending {call.apology_pending}, queued {call.output.source.queued_duration * 1000:.0f} ms",
+    ]
+    if turn is not None:
+        parts.append(f"turn {turn.turn_id} {turn.outcome}: points {sorted(turn.points)}, errors {turn.errors}")
+    return "; ".join(parts)
+
+
 def _reply_plan(opts: SimOptions) -> tuple[list[str], list[str], list[bool]]:
     """Per turn: what the user says, what the LLM answers, and whether the user barges in on it."""
     lines, replies, barge = [], [], []
@@ -190,12 +204,12 @@ async def run_call(opts: SimOptions, *, backend: TTSBackend, vad: Any) -> CallRe
                     else:
                         await _until(lambda t=turn: t.finished, opts.turn_timeout_s, f"turn {i + 1}'s reply to end")
                 except TimeoutError as exc:
-                    errors.append(f"turn {i + 1}: {exc}")
+                    errors.append(f"turn {i + 1}: {exc} [{describe(call)}]")
             await _until(lambda: call.collector._count >= opts.turns, opts.turn_timeout_s, "the last turn")
             await _until(lambda: call.controller.reply is None and call.output.source.queued_duration == 0,
                          opts.turn_timeout_s, "the last reply to finish")
         except TimeoutError as exc:
-            errors.append(str(exc))
+            errors.append(f"{exc} [{describe(call)}]")
         finally:
             mic.close()
             await asyncio.sleep(0.2)  # late frames of a cut reply would land now: they are what we count

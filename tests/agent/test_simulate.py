@@ -66,3 +66,16 @@ def test_simulate_command_with_barge_in(tiny_checkpoint: Path, tmp_path: Path) -
     (irq,) = traces[0]["interruptions"]
     assert irq["source"] == "vad" and irq["stale_frames_after_cancel"] == 0
     assert irq["interrupt_detected"] > traces[0]["points"]["first_frame_published"]
+
+
+async def test_a_harness_timeout_says_where_the_call_stands(sim_backend: Any, tmp_path: Path) -> None:
+    """A wait that runs out (here: far too short for any reply) is reported with the controller's and LiveKit's
+    states, the pending apology, the queued audio and the open turn's points, so a flaky timeout in CI can be
+    told apart from a stuck call without rerunning it."""
+    cfg = sim_config()
+    opts = SimOptions(turns=1, config=cfg, speech_cache=tmp_path / "speech", turn_timeout_s=0.05)
+    result = await run_call(opts, backend=sim_backend, vad=load_vad(cfg))
+    assert result.errors, "a 50 ms wait for a whole turn cannot succeed"
+    line = result.errors[0]
+    for part in ("controller ", "livekit ", "apology pending ", "queued "):
+        assert part in line, line
