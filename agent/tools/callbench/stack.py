@@ -7,6 +7,7 @@ Contract
   `ENV_FILE=/dev/null` so a developer's .env does not leak in. `env` overrides any variable.
 - `start()` runs `start_all.sh start` and returns once the worker has registered with the LiveKit server
   (its log says so); on failure it raises with the start_all output and stops what started.
+  `start(services=("livekit", "token"))` starts only those (the transport floor needs no worker).
 - `stop()` runs `start_all.sh stop` (idempotent); `start_worker(name)` starts one more worker process
   registered with the same server (for dispatch tests), stopped by `stop()` too.
 - `traces()` reads every trace record the workers wrote.
@@ -107,11 +108,15 @@ class LocalStack:
             cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=timeout,
         )  # fmt: skip
 
-    def start(self, timeout: float = 300) -> None:
+    def start(self, timeout: float = 300, services: tuple[str, ...] = ()) -> None:
+        """Start every service, or only `services` (start_all names); the worker's registration is awaited
+        when it is among them."""
         self.workdir.mkdir(parents=True, exist_ok=True)
-        result = self._start_all("start", timeout=timeout)
+        result = self._start_all("start", *services, timeout=timeout)
         if result.returncode != 0:
             raise RuntimeError(f"start_all start failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+        if services and "agent" not in services:
+            return
         try:
             wait_for_line(self.log("agent"), "registered worker", timeout)
         except Exception:

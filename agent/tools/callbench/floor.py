@@ -1,0 +1,276 @@
+"""The transport floor: what the browser measures when the agent takes no time at all.
+
+`python -m agent.tools.callbench.floor --cycles 20 --out DIR` runs only LiveKit's server and the token server
+(the page), joins the real page in Chromium with a WAV of spoken phrases as its microphone, and puts an
+`EchoAgent` in the room in place of the worker: a LiveKit Python SDK participant of kind agent (so the page
+treats it as the agent) that detects the user's speech with the page's own energy VAD rules (-50 dBFS, 60 ms
+to start, the same hangover to end) on the audio it receives, answers each end of speech at once with a spoken
+sentence published the way the worker publishes (24 kHz `rtc.AudioSource`, 100 ms queue, 20 ms frames), and on a new
+onset while it speaks clears its queue (the worker's barge-in cut). No model, no VAD model, no framework.
+
+So the browser's `response` here is pure transport + WebRTC buffering + the browser's playout: the floor
+under callbench's `overhead` (which is the same browser figure minus model times), and its barge-in
+decision -> silence is the floor under callbench's. Per turn it is split at the echo's own clock: uplink
+(the browser's end of speech -> the echo's, same VAD rules on both ends) and downlink (first answer frame into
+the AudioSource -> heard). Writes DIR/floor.json and DIR/floor.md; exit 0 when every cycle was measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import threading
+import time
+import wave
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from livekit import api, rtc
+
+from agent.tools.callbench.bench import device, receiver_stats, versions
+from agent.tools.callbench.browser import BrowserCall
+from agent.tools.callbench.speech import RATE, speak
+from agent.tools.callbench.stack import LocalStack
+from tts_engine.percentiles import percentiles
+
+PHRASES = ["Hello there, can you hear me?", "Tell me more about it.", "Wait a second please."]
+REPLY = "Sure, I can hear you well, and I will keep on talking about the weather until you stop me."
+OUT_RATE = 24_000  # the worker's RtcAudioOutput rate, queue and frame size
+OUT_FRAME = OUT_RATE // 50
+
+
+class EnergyVad:
+    """web/stats.js's EnergyVad on 10 ms frames: start after `min_speech_ms` loud, end `hangover_ms` after the
+    last loud frame."""
+
+    def __init__(self, threshold_db: float = -50.0, min_speech_ms: float = 60.0, hangover_ms: float = 200.0) -> None:
+        self.threshold_db, self.min_speech_ms, self.hangover_ms = threshold_db, min_speech_ms, hangover_ms
+        self.state, self.onset_t, self.last_voice_t = "silent", 0.0, 0.0
+
+    def update(self, level_db: float, t_ms: float) -> str | None:
+        loud = level_db >= self.threshold_db
+        if self.state == "silent":
+            if loud:
+                self.state, self.onset_t, self.last_voice_t = "onset", t_ms, t_ms
+            return None
+        if self.state == "onset":
+            if not loud:
+                self.state = "silent"
+                return None
+            self.last_voice_t = t_ms
+            if t_ms - self.onset_t >= self.min_speech_ms:
+                self.state = "speech"
+                return "speech_start"
+            return None
+        if loud:
+            self.last_voice_t = t_ms
+        elif t_ms - self.last_voice_t >= self.hangover_ms:
+            self.state = "silent"
+            return "speech_end"
+        return None
+
+
+def level_db(frame: rtc.AudioFrame) -> float:
+    pcm = np.frombuffer(frame.data, dtype=np.int16).astype(np.float32) / 32768.0
+    rms = float(np.sqrt(np.mean(pcm * pcm))) if pcm.size else 0.0
+    return 20.0 * np.log10(rms) if rms > 0 else -np.inf
+
+
+class EchoAgent:
+    """Answers every end of speech at once with up to `reply_s` of speech; a new onset while it speaks cuts it."""
+
+    def __init__(self, url: str, token: str, *, hangover_ms: float, reply_s: float) -> None:
+        self.url, self.token, self.reply_s = url, token, reply_s
+        self.vad = EnergyVad(hangover_ms=hangover_ms)
+        self.events: list[dict[str, Any]] = []  # Unix ms, the echo's clock
+        self.stop = threading.Event()
+        self.source: rtc.AudioSource | None = None  # made in run(): the SDK binds it to the running loop
+        # a spoken answer, not a tone: a stationary tone is faded out by the sender's audio processing within
+        # ~50 ms, which no speech is
+        voice = speak(REPLY).astype(np.float32)
+        voice = voice[: voice.size // 2 * 2].reshape(-1, 2).mean(axis=1)  # 48 -> 24 kHz
+        frames = min(int(reply_s * 50), voice.size // OUT_FRAME)
+        self.reply_frames = [voice[i * OUT_FRAME : (i + 1) * OUT_FRAME].astype(np.int16).tobytes()
+                             for i in range(frames)]  # fmt: skip
+        self._reply: asyncio.Task | None = None
+
+    async def _speak(self) -> None:
+        assert self.source is not None
+        for i, data in enumerate(self.reply_frames):
+            if i == 0:
+                self.events.append({"type": "published", "at_ms": time.time() * 1000.0})
+            await self.source.capture_frame(rtc.AudioFrame(data, OUT_RATE, 1, OUT_FRAME))
+
+    def _on_vad(self, event: str, now_ms: float) -> None:
+        speaking = self._reply is not None and not self._reply.done()
+        if event == "speech_start" and speaking:
+            self._reply.cancel()  # type: ignore[union-attr]
+            self.source.clear_queue()  # type: ignore[union-attr]
+            self.events.append({"type": "cut", "at_ms": now_ms})
+        elif event == "speech_end":
+            self.events.append({"type": "user_end", "at_ms": now_ms})
+            self._reply = asyncio.ensure_future(self._speak())
+
+    async def _listen(self, track: rtc.Track) -> None:
+        stream = rtc.AudioStream(track, sample_rate=48_000, num_channels=1)
+        async for ev in stream:
+            now_ms = time.time() * 1000.0
+            event = self.vad.update(level_db(ev.frame), now_ms)
+            if event is not None:
+                self._on_vad(event, now_ms)
+            if self.stop.is_set():
+                break
+        await stream.aclose()
+
+    async def run(self) -> None:
+        room = rtc.Room()
+        listeners: set[asyncio.Task] = set()
+
+        def on_track(track: rtc.Track, _pub: Any, _participant: Any) -> None:
+            if track.kind == rtc.TrackKind.KIND_AUDIO:
+                listeners.add(asyncio.ensure_future(self._listen(track)))
+
+        room.on("track_subscribed", on_track)
+        self.source = rtc.AudioSource(OUT_RATE, 1, queue_size_ms=100)
+        await room.connect(self.url, self.token)
+        track = rtc.LocalAudioTrack.create_audio_track("echo-voice", self.source)
+        await room.local_participant.publish_track(
+            track, rtc.TrackPublishOptions(source=rtc.TrackSource.SOURCE_MICROPHONE)
+        )
+        while not self.stop.is_set():
+            await asyncio.sleep(0.1)
+        for task in [*listeners, *([self._reply] if self._reply else [])]:
+            task.cancel()
+        await room.disconnect()
+
+
+def phrases_wav(path: Path, cycles: int, gap_s: float) -> None:
+    spoken = [speak(text) for text in PHRASES]
+    parts = [np.zeros(RATE, dtype=np.int16)]
+    for i in range(cycles):
+        parts += [spoken[i % len(spoken)], np.zeros(int(gap_s * RATE), dtype=np.int16)]
+    parts.append(np.zeros(30 * RATE, dtype=np.int16))  # the loop must not start over within the run
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(RATE)
+        w.writeframes(np.concatenate(parts).tobytes())
+
+
+def match(log: list[dict], events: list[dict]) -> tuple[list[dict], list[dict]]:
+    """Browser records against the echo's events (one host, one wall clock)."""
+    ends = [e["at_ms"] for e in events if e["type"] == "user_end"]
+    published = [e["at_ms"] for e in events if e["type"] == "published"]
+    cuts = [e["at_ms"] for e in events if e["type"] == "cut"]
+    turns, barges = [], []
+    for rec in (r for r in log if r.get("type") == "turn" and "userEndAtMs" in r):
+        end = next((t for t in ends if rec["userEndAtMs"] - 50 <= t <= rec["agentStartAtMs"]), None)
+        pub = next((t for t in published if end is not None and end <= t <= rec["agentStartAtMs"]), None)
+        turns.append({
+            "response_ms": rec["responseMs"],
+            "uplink_end_lag_ms": None if end is None else end - rec["userEndAtMs"],
+            "echo_decision_ms": None if end is None or pub is None else pub - end,
+            "publish_to_heard_ms": None if pub is None else rec["agentStartAtMs"] - pub,
+        })  # fmt: skip
+    for rec in (r for r in log if r.get("type") == "barge_in" and "silentAtMs" in r):
+        cut = next((t for t in cuts if rec["userStartAtMs"] <= t <= rec["silentAtMs"]), None)
+        barges.append({
+            "onset_to_silence_ms": rec["silentAtMs"] - rec["userStartAtMs"],
+            "onset_to_cut_ms": None if cut is None else cut - rec["userStartAtMs"],
+            "cut_to_silence_ms": None if cut is None else rec["silentAtMs"] - cut,
+        })  # fmt: skip
+    return turns, barges
+
+
+def summary(rows: list[dict], key: str) -> dict[str, Any]:
+    values = [r[key] for r in rows if r.get(key) is not None]
+    return {"n": len(values), **percentiles(values)}
+
+
+def run(workdir: Path, *, cycles: int, gap_s: float = 1.0, reply_s: float = 3.0, hangover_ms: float = 200.0) -> dict:
+    workdir.mkdir(parents=True, exist_ok=True)
+    wav = workdir / "phrases.wav"
+    phrases_wav(wav, cycles, gap_s)
+    stack = LocalStack(workdir / "stack", VAD_SILENCE_MS=str(int(hangover_ms)))
+    stack.start(services=("livekit", "token"))
+    room = "floor"
+    token = (
+        api.AccessToken(stack.env["LIVEKIT_API_KEY"], stack.env["LIVEKIT_API_SECRET"])
+        .with_identity("echo-agent")
+        .with_kind("agent")
+        .with_grants(api.VideoGrants(room_join=True, room=room))
+        .to_jwt()
+    )
+    echo = EchoAgent(stack.livekit_url, token, hangover_ms=hangover_ms, reply_s=reply_s)
+    thread = threading.Thread(target=asyncio.run, args=(echo.run(),), name="echo-agent", daemon=True)
+    try:
+        thread.start()
+        with BrowserCall(stack.page_url, wav) as call:
+            call.join(room)
+            deadline = time.monotonic() + 20 + cycles * (2.5 + gap_s) * 1.5
+            while time.monotonic() < deadline:
+                time.sleep(2.0)
+                snap = call.snapshot()
+                if sum(r["type"] == "turn" for r in snap["log"]) >= cycles:
+                    break
+            time.sleep(1.0)
+            snap = call.snapshot()
+            call.leave()
+            problems = list(call.problems)
+    finally:
+        echo.stop.set()
+        thread.join(10)
+        stack.stop()
+    turns, barges = match(snap["log"], echo.events)
+    return {
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "device": device().split(" (")[0] + " (no worker: LiveKit server, page and the echo agent only)",
+        "versions": versions(),
+        "command": " ".join(["python -m agent.tools.callbench.floor", *sys.argv[1:]]),
+        "config": {"cycles": cycles, "gap_s": gap_s, "reply_s": reply_s, "vad_hangover_ms": hangover_ms},
+        "counts": {"turns_heard": len(turns), "barge_ins_heard": len(barges), "page_problems": problems},
+        "turns": {k: summary(turns, k) for k in ("response_ms", "uplink_end_lag_ms", "echo_decision_ms",
+                                                 "publish_to_heard_ms")},  # fmt: skip
+        "barge_in": {k: summary(barges, k) for k in ("onset_to_silence_ms", "onset_to_cut_ms", "cut_to_silence_ms")},
+        "receiver": receiver_stats(snap["inbound"]),
+        "rows": {"turns": turns, "barge_ins": barges},
+        "raw": {"page_log": snap["log"], "echo_events": echo.events},
+    }
+
+
+def markdown(report: dict) -> str:
+    lines = [f"# Transport floor: {report['device']}, {report['date']}", "", f"`{report['command']}`", "",
+             "| per turn (ms) | n | P50 | P95 |", "|---|---|---|---|"]  # fmt: skip
+    for table in ("turns", "barge_in"):
+        if table == "barge_in":
+            lines += ["", "| barge-in (ms) | n | P50 | P95 |", "|---|---|---|---|"]
+        for key, s in report[table].items():
+            lines.append(f"| {key} | {s['n']} | {s['p50']} | {s['p95']} |")
+    rx = report["receiver"]
+    lines += ["", f"Browser receiver (echo's track): jitter buffer {rx.get('jitter_buffer_avg_ms')} ms on average, "
+              f"interarrival jitter {rx.get('interarrival_jitter_ms')} ms.", "",
+              "response = browser end of speech (energy VAD + hangover) -> first echo audio heard, with no model, "
+              "VAD model or framework in between: the floor under callbench's overhead."]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agent.tools.callbench.floor", description=__doc__.split("\n")[0])
+    parser.add_argument("--cycles", type=int, default=20, help="phrases spoken (a turn each; a barge-in from the 2nd)")
+    parser.add_argument("--out", type=Path, required=True, help="folder for floor.json and floor.md")
+    args = parser.parse_args(argv)
+    if not 1 <= args.cycles <= 200:
+        parser.error(f"--cycles={args.cycles} is out of range (allowed: 1..200)")
+    args.out.mkdir(parents=True, exist_ok=True)
+    report = run(args.out / "work", cycles=args.cycles)
+    (args.out / "floor.json").write_text(json.dumps(report, indent=2) + "\n")
+    (args.out / "floor.md").write_text(markdown(report))
+    print(markdown(report))
+    return 0 if report["counts"]["turns_heard"] >= args.cycles else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""The transport floor (agent/tools/callbench/floor.py) runs end to end: the real page in Chromium, LiveKit's own
+server and the echo agent (an SDK participant of kind agent that answers every end of speech at once and stops
+on a new onset). Every turn is heard and split into uplink and downlink; the barge-ins are heard and split at
+the echo's cut. No timing is asserted (CPU tests never assert speed): the figures are what the tool reports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agent.tools.callbench import floor
+
+pytestmark = [pytest.mark.browser, pytest.mark.call]
+
+
+def test_floor_measures_turns_and_barge_ins(tmp_path: Path) -> None:
+    assert floor.main(["--cycles", "3", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "floor.json").read_text())
+    assert report["counts"]["turns_heard"] == 3 and report["counts"]["page_problems"] == []
+    for row in report["rows"]["turns"]:
+        assert all(row[k] is not None for k in ("uplink_end_lag_ms", "echo_decision_ms", "publish_to_heard_ms")), row
+        assert row["echo_decision_ms"] < 100.0, row  # the echo answers at its own end of speech, no model between
+        assert row["publish_to_heard_ms"] > 0 and row["response_ms"] > 0, row
+    barges = report["rows"]["barge_ins"]
+    assert len(barges) >= 1, report["raw"]
+    assert all(b["cut_to_silence_ms"] is not None and b["cut_to_silence_ms"] > 0 for b in barges), barges
+    assert "| response_ms |" in (tmp_path / "floor.md").read_text()
+
+
+def test_echo_vad_follows_the_page_rules() -> None:
+    vad = floor.EnergyVad(threshold_db=-50, min_speech_ms=60, hangover_ms=200)
+    events = [(t, vad.update(-20.0 if 100 <= t < 700 else -90.0, float(t))) for t in range(0, 1200, 10)]
+    fired = [(t, e) for t, e in events if e is not None]
+    assert fired == [(160, "speech_start"), (890, "speech_end")]  # 60 ms after onset; 200 ms after the last loud
