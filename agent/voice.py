@@ -34,7 +34,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from livekit import rtc
 from livekit.agents import (
@@ -59,6 +59,9 @@ from agent.reply import Reply
 from agent.stt import ObservedSTT, OmniSTT, STTObserver
 from agent.tracing import TraceCollector
 from agent.tts import QwenTTS, SynthesisHooks
+
+if TYPE_CHECKING:
+    from livekit.agents.voice import room_io
 
 logger = logging.getLogger("agent.voice")
 
@@ -210,6 +213,16 @@ class VoiceAgent(Agent):
         )
         async for frame in call.tts.frames(text, reply_id=reply.reply_id, hooks=hooks):
             yield frame
+
+
+def room_options(cfg: AgentConfig) -> room_io.RoomOptions:
+    """The session's room I/O: our own audio output (RtcAudioOutput publishes the agent's track), and the
+    caller's audio in `INPUT_FRAME_MS` frames (LiveKit's 50 ms default delays the VAD's end of speech)."""
+    from livekit.agents.voice import room_io
+
+    return room_io.RoomOptions(
+        audio_input=room_io.AudioInputOptions(frame_size_ms=cfg.input_frame_ms), audio_output=False
+    )
 
 
 class Call:
@@ -365,12 +378,10 @@ class Call:
         self.session.output.audio = self.output
         await self.output.warmup()
         if room is not None:
-            from livekit.agents.voice import room_io
-
             track = rtc.LocalAudioTrack.create_audio_track("agent-voice", self.output.source)
             options = rtc.TrackPublishOptions(source=rtc.TrackSource.SOURCE_MICROPHONE)
             await room.local_participant.publish_track(track, options)
-            await self.session.start(agent=self.agent, room=room, room_options=room_io.RoomOptions(audio_output=False))
+            await self.session.start(agent=self.agent, room=room, room_options=room_options(self.cfg))
         else:
             await self.session.start(agent=self.agent, record=False)
 

@@ -59,12 +59,21 @@ def test_unknown_tts_variables_are_reported() -> None:
         ({"LLM_TEMPERATURE": "5"}, "LLM_TEMPERATURE"),
         ({"VAD_SILENCE_MS": "10"}, "VAD_SILENCE_MS"),
         ({"TTS_FRAME_MS": "25"}, "TTS_FRAME_MS"),
+        ({"INPUT_FRAME_MS": "15"}, "INPUT_FRAME_MS"),
         ({"ENABLE_CONTINUATION": "perhaps"}, "ENABLE_CONTINUATION"),
     ],
 )
 def test_agent_config_names_bad_variable(env: dict[str, str], name: str) -> None:
     with pytest.raises(ConfigError, match=name):
         AgentConfig.from_env(env)
+
+
+def test_caller_audio_reaches_the_session_in_input_frame_ms_frames() -> None:
+    from agent.voice import room_options
+
+    assert room_options(AgentConfig.from_env({})).audio_input.frame_size_ms == 20  # not LiveKit's 50
+    options = room_options(AgentConfig.from_env({"INPUT_FRAME_MS": "10"}))
+    assert options.audio_input.frame_size_ms == 10 and options.audio_output is False
 
 
 def test_dotenv_reads_quotes_and_keeps_existing(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
