@@ -22,8 +22,10 @@ every 100 schedules (the recorded long run).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -70,8 +72,35 @@ turn_plans = st.builds(
 schedules = st.lists(turn_plans, min_size=1, max_size=3)
 
 
+class RecentLog(logging.Handler):
+    """The current schedule's log records (agent and LiveKit, DEBUG), kept to explain a violation: a flaky one
+    does not fail again on hypothesis's replay, so its own log is the only account of what happened."""
+
+    LOGGERS = ("agent", "livekit.agents")
+
+    def __init__(self, limit: int = 300) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: deque[logging.LogRecord] = deque(maxlen=limit)
+        for name in self.LOGGERS:
+            logger = logging.getLogger(name)
+            logger.setLevel(logging.DEBUG)
+            logger.addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)  # formatted only when a schedule fails
+
+    def text(self) -> str:
+        return "\n".join(f"{r.relativeCreated:10.1f} {r.name} {r.levelname} {r.getMessage()}" for r in self.records)
+
+    def close(self) -> None:
+        for name in self.LOGGERS:
+            logging.getLogger(name).removeHandler(self)
+        super().close()
+
+
 class Stage:
     def __init__(self) -> None:
+        self.log = RecentLog()
         self.loop = asyncio.Runner()
         self.server = self.loop.run(FakeOpenAIServer().start())
         self.runner = ScheduleRunner(self.server, ScriptedBackend(), EnergyVAD())
@@ -79,9 +108,12 @@ class Stage:
         self.t0 = time.perf_counter()
 
     def run(self, plan: list[TurnPlan]) -> list[str]:
+        self.log.records.clear()
         out = self.loop.run(self.runner.run(plan))
         self.count += 1
         self.violations += bool(out.violations)
+        if out.violations:
+            out.violations.append(f"log of this schedule (last {len(self.log.records)} records):\n{self.log.text()}")
         if PROGRESS and self.count % 100 == 0:
             with Path(PROGRESS).open("a") as fh:
                 fh.write(f"{self.count} {self.violations} {time.perf_counter() - self.t0:.1f}\n")
@@ -90,6 +122,7 @@ class Stage:
     def close(self) -> None:
         self.loop.run(self.server.stop())
         self.loop.close()
+        self.log.close()
 
 
 @pytest.fixture(scope="module")
@@ -122,3 +155,4 @@ def test_the_harness_can_see_a_violation(stage: Stage, monkeypatch: Any) -> None
     monkeypatch.setattr(DuplexController, "on_speech_created", lambda self, key, **kw: None)
     violations = stage.run([TurnPlan(cut=Cut("api", "speech_created")), TurnPlan()])
     assert any(v.startswith("stuck") for v in violations), violations
+    assert any(v.startswith("log of this schedule") and "agent.duplex" in v for v in violations), violations[-1][:500]
