@@ -36,7 +36,11 @@ from tests.agent.duplex_harness import (
 
 MILESTONES = ("speech_created", "llm_request", "llm_token", "tts_segment", "tts_packet", "frame")
 OUTCOMES = {"answered", "interrupted", "no_transcript", "error", "unanswered"}
+# A wait fails ("stuck") after SETTLE_S with no progress at all (no milestone, frame, state transition or turn),
+# or after MAX_SETTLE_S in any case. A stuck call makes no progress; a starved process makes it slowly (on an
+# overloaded host every one of a reply's paced frames waits for a core), which a flat budget misread as stuck.
 SETTLE_S = 4.0
+MAX_SETTLE_S = 60.0
 
 
 @dataclass
@@ -91,7 +95,7 @@ class ScheduleRunner:
         call.session.options.session_close_transcript_timeout = 0.01  # no user audio is pending at close
         mic = ScriptedMic(speed=8.0)
         handles: list[Any] = []
-        state = {"turn": -1, "armed": None, "counts": {}, "next_started": False, "closing": None}
+        state = {"turn": -1, "armed": None, "counts": {}, "next_started": False, "closing": None, "progress": 0}
 
         def fire(cut: Cut, turn: int) -> None:
             out.fired.append((turn, cut.kind, time.perf_counter()))
@@ -108,6 +112,7 @@ class ScheduleRunner:
                 state["closing"] = asyncio.ensure_future(call.aclose())
 
         def milestone(name: str) -> None:
+            state["progress"] += 1
             armed = state["armed"]
             if armed is None:
                 return
@@ -149,14 +154,23 @@ class ScheduleRunner:
                     and call.session.agent_state == "listening" and call.session.current_speech is None
                     and call.output.source.queued_duration == 0 and self.backend.active_streams == 0)
 
+        def progress() -> tuple[int, int, int, float]:
+            queued = call.output.source.queued_duration  # drains as the paced playout goes on
+            return state["progress"], len(call.controller.transitions), call.collector._count, queued
+
         async def until(cond: Any, what: str) -> bool:
-            deadline = time.perf_counter() + SETTLE_S
+            start = time.perf_counter()
+            deadline, seen = start + SETTLE_S, progress()
             while not cond():
-                if time.perf_counter() > deadline or state["closing"] is not None:
+                now = time.perf_counter()
+                if progress() != seen and now - start < MAX_SETTLE_S:
+                    deadline, seen = now + SETTLE_S, progress()
+                if now > deadline or state["closing"] is not None:
                     if state["closing"] is None:
                         out.violations.append(f"stuck: {what} (controller {call.controller.state.value}, "
                                               f"reply {call.controller.reply is not None}, livekit "
-                                              f"{call.session.agent_state}, engine {self.backend.active_streams})")
+                                              f"{call.session.agent_state}, engine {self.backend.active_streams}; "
+                                              f"waited {now - start:.1f} s, {SETTLE_S:.0f} s without progress)")
                     return False
                 await asyncio.sleep(0.002)
             return True
