@@ -70,7 +70,6 @@ LONG_REPLIES = [
 ]
 
 
-# -- the user's microphone ---------------------------------------------------------------------
 # -- harness -----------------------------------------------------------------------------------
 @dataclass
 class SimOptions:
@@ -263,10 +262,6 @@ async def run_call(opts: SimOptions, *, backend: TTSBackend, vad: Any) -> CallRe
     )
 
 
-def _pct(values: list[float]) -> dict[str, float | None]:
-    return percentiles(values)
-
-
 def summarize(result: CallResult, *, expected_turns: int) -> dict[str, Any]:
     traces = result.traces
     turn_errors = sum(len(t.errors) for t in result.turns)
@@ -281,13 +276,13 @@ def summarize(result: CallResult, *, expected_turns: int) -> dict[str, Any]:
             "min": round(min(durations), 3) if durations else None,
             "max": round(max(durations), 3) if durations else None,
         },
-        "tts_first_to_publish_ms": _pct(
+        "tts_first_to_publish_ms": percentiles(
             [t["segments_ms"]["tts_first_to_publish"] for t in traces if "tts_first_to_publish" in t["segments_ms"]]
         ),
-        "cancel_to_silence_ms": _pct([i["cancel_to_silence_ms"] for i in result.interruptions]),
+        "cancel_to_silence_ms": percentiles([i["cancel_to_silence_ms"] for i in result.interruptions]),
         "stale_frames_after_cancel": sum(i["stale_frames_after_cancel"] for i in result.interruptions),
-        "e2e_ms": _pct([t["segments_ms"]["e2e"] for t in traces if "e2e" in t["segments_ms"]]),
-        "llm_first_token_to_publish_ms": _pct([
+        "e2e_ms": percentiles([t["segments_ms"]["e2e"] for t in traces if "e2e" in t["segments_ms"]]),
+        "llm_first_token_to_publish_ms": percentiles([
             (t["points"]["first_frame_published"] - t["points"]["llm_first_token"]) * 1000.0 for t in traces
             if "first_frame_published" in t["points"] and "llm_first_token" in t["points"]
         ]),

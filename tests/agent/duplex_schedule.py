@@ -162,9 +162,9 @@ class ScheduleRunner:
             start = time.perf_counter()
             deadline, seen = start + SETTLE_S, progress()
             while not cond():
-                now = time.perf_counter()
-                if progress() != seen and now - start < MAX_SETTLE_S:
-                    deadline, seen = now + SETTLE_S, progress()
+                now, current = time.perf_counter(), progress()
+                if current != seen and now - start < MAX_SETTLE_S:
+                    deadline, seen = now + SETTLE_S, current
                 if now > deadline or state["closing"] is not None:
                     if state["closing"] is None:
                         out.violations.append(f"stuck: {what} (controller {call.controller.state.value}, "

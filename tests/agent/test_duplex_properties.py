@@ -83,6 +83,7 @@ class RecentLog(logging.Handler):
     def __init__(self, limit: int = 400) -> None:
         super().__init__(logging.DEBUG)
         self.records: deque[logging.LogRecord] = deque(maxlen=limit)
+        self._levels = {name: logging.getLogger(name).level for name in self.LOGGERS}
         for name in self.LOGGERS:
             logger = logging.getLogger(name)
             logger.setLevel(logging.DEBUG)
@@ -95,8 +96,9 @@ class RecentLog(logging.Handler):
         return "\n".join(f"{r.relativeCreated:10.1f} {r.name} {r.levelname} {r.getMessage()}" for r in self.records)
 
     def close(self) -> None:
-        for name in self.LOGGERS:
+        for name, level in self._levels.items():  # the rest of the test run logs as before
             logging.getLogger(name).removeHandler(self)
+            logging.getLogger(name).setLevel(level)
         super().close()
 
 

@@ -30,14 +30,15 @@ from typing import Any
 import numpy as np
 from livekit import api, rtc
 
-from agent.tools.callbench.bench import device, receiver_stats, versions
+from agent.tools.callbench.bench import column_summary, device, receiver_stats, versions
 from agent.tools.callbench.browser import BrowserCall
 from agent.tools.callbench.speech import RATE, speak
 from agent.tools.callbench.stack import LocalStack
-from tts_engine.percentiles import percentiles
 
 PHRASES = ["Hello there, can you hear me?", "Tell me more about it.", "Wait a second please."]
 REPLY = "Sure, I can hear you well, and I will keep on talking about the weather until you stop me."
+TURN_COLUMNS = ("response_ms", "uplink_end_lag_ms", "echo_decision_ms", "publish_to_heard_ms")
+BARGE_COLUMNS = ("onset_to_silence_ms", "onset_to_cut_ms", "cut_to_silence_ms")
 OUT_RATE = 24_000  # the worker's RtcAudioOutput rate, queue and frame size
 OUT_FRAME = OUT_RATE // 50
 
@@ -88,8 +89,7 @@ class EchoAgent:
         self.events: list[dict[str, Any]] = []  # Unix ms, the echo's clock
         self.stop = threading.Event()
         self.source: rtc.AudioSource | None = None  # made in run(): the SDK binds it to the running loop
-        # a spoken answer, not a tone: a stationary tone is faded out by the sender's audio processing within
-        # ~50 ms, which no speech is
+        # a spoken answer (espeak-ng), like the worker's reply: the page's level rules were made for speech
         voice = speak(REPLY).astype(np.float32)
         voice = voice[: voice.size // 2 * 2].reshape(-1, 2).mean(axis=1)  # 48 -> 24 kHz
         frames = min(int(reply_s * 50), voice.size // OUT_FRAME)
@@ -185,11 +185,6 @@ def match(log: list[dict], events: list[dict]) -> tuple[list[dict], list[dict]]:
     return turns, barges
 
 
-def summary(rows: list[dict], key: str) -> dict[str, Any]:
-    values = [r[key] for r in rows if r.get(key) is not None]
-    return {"n": len(values), **percentiles(values)}
-
-
 def run(workdir: Path, *, cycles: int, gap_s: float = 1.0, reply_s: float = 3.0, hangover_ms: float = 200.0) -> dict:
     workdir.mkdir(parents=True, exist_ok=True)
     wav = workdir / "phrases.wav"
@@ -232,9 +227,8 @@ def run(workdir: Path, *, cycles: int, gap_s: float = 1.0, reply_s: float = 3.0,
         "command": " ".join(["python -m agent.tools.callbench.floor", *sys.argv[1:]]),
         "config": {"cycles": cycles, "gap_s": gap_s, "reply_s": reply_s, "vad_hangover_ms": hangover_ms},
         "counts": {"turns_heard": len(turns), "barge_ins_heard": len(barges), "page_problems": problems},
-        "turns": {k: summary(turns, k) for k in ("response_ms", "uplink_end_lag_ms", "echo_decision_ms",
-                                                 "publish_to_heard_ms")},  # fmt: skip
-        "barge_in": {k: summary(barges, k) for k in ("onset_to_silence_ms", "onset_to_cut_ms", "cut_to_silence_ms")},
+        "turns": {k: column_summary(turns, k) for k in TURN_COLUMNS},
+        "barge_in": {k: column_summary(barges, k) for k in BARGE_COLUMNS},
         "receiver": receiver_stats(snap["inbound"]),
         "rows": {"turns": turns, "barge_ins": barges},
         "raw": {"page_log": snap["log"], "echo_events": echo.events},
