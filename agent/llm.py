@@ -1,9 +1,12 @@
 """The LLM: `livekit-plugins-openai` pointed at vLLM, plus the continuation policy.
 
-- `build_llm(cfg)`: `openai.LLM(model=LLM_MODEL, base_url=LLM_BASE_URL, api_key, temperature=LLM_TEMPERATURE,
+- `llm_client(cfg)`: the call's OpenAI client for `LLM_BASE_URL` (agent/openai_client.py: shared TLS context),
+  httpx2 read timeout `LLM_TIMEOUT_S` (the plugin's 5 s default is too tight for a long prefill). The caller
+  owns it and closes it when the call ends; the plugin never closes a client it was handed.
+- `build_llm(cfg, client)`: `openai.LLM(model=LLM_MODEL, client, temperature=LLM_TEMPERATURE,
   max_completion_tokens=LLM_MAX_TOKENS)`, thinking off through `extra_body.chat_template_kwargs`
   (vLLM's way to switch Qwen3 templates; a thinking model would hold its first spoken token back for
-  seconds), httpx2 read timeout `LLM_TIMEOUT_S` (the plugin's 5 s default is too tight for a long prefill).
+  seconds).
   Chat history across turns is the framework's `chat_ctx`, which keeps user and assistant messages.
 - `stream_with_continuation(...)`: when an answer is cut by the token cap (usage.completion_tokens ==
   max tokens) and `ENABLE_CONTINUATION` is on, a second request resumes it. It sends the partial answer
@@ -19,10 +22,12 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx2  # the fork livekit-plugins-openai and openai 3.x are built on
+import openai
 from livekit.agents import APIConnectOptions, llm
 from livekit.plugins import openai as lk_openai
 
 from agent.config import AgentConfig
+from agent.openai_client import openai_client
 
 logger = logging.getLogger("agent.llm")
 
@@ -30,16 +35,17 @@ THINKING_OFF: dict[str, Any] = {"chat_template_kwargs": {"enable_thinking": Fals
 CONTINUE_FINAL: dict[str, Any] = {**THINKING_OFF, "continue_final_message": True, "add_generation_prompt": False}
 
 
-def build_llm(cfg: AgentConfig, *, continuation: bool = False) -> lk_openai.LLM:
+def llm_client(cfg: AgentConfig) -> openai.AsyncOpenAI:
     timeout = httpx2.Timeout(connect=min(5.0, cfg.llm_timeout_s), read=cfg.llm_timeout_s, write=5.0, pool=5.0)
+    return openai_client(base_url=cfg.llm_base_url, api_key=cfg.llm_api_key, timeout=timeout)
+
+
+def build_llm(cfg: AgentConfig, client: openai.AsyncOpenAI, *, continuation: bool = False) -> lk_openai.LLM:
     return lk_openai.LLM(
         model=cfg.llm_model,
-        base_url=cfg.llm_base_url,
-        api_key=cfg.llm_api_key,
+        client=client,
         temperature=cfg.llm_temperature,
         max_completion_tokens=cfg.llm_max_tokens,
-        timeout=timeout,
-        max_retries=0,
         extra_body=CONTINUE_FINAL if continuation else THINKING_OFF,
     )
 

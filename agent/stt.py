@@ -40,6 +40,8 @@ from livekit.agents import (
 from livekit.agents.language import LanguageCode
 from livekit.agents.types import NOT_GIVEN, NotGivenOr
 
+from agent.openai_client import openai_client
+
 logger = logging.getLogger("agent.stt")
 
 STT_SAMPLE_RATE = 16_000
@@ -108,7 +110,9 @@ class OmniSTT(ObservedSTT):
         self._model = model
         self._prompt = prompt
         self._max_tokens = max_tokens
-        self._client = client or openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0)
+        self._owns_client = client is None  # a client handed in belongs to the caller, who closes it
+        # each request sets its own timeout (conn_options.timeout); the client's is only a backstop
+        self._client = client or openai_client(base_url=base_url, api_key=api_key, timeout=60.0)
 
     @property
     def model(self) -> str:
@@ -119,7 +123,8 @@ class OmniSTT(ObservedSTT):
         return "vllm-omni"
 
     async def aclose(self) -> None:
-        await self._client.close()
+        if self._owns_client:
+            await self._client.close()
 
     async def _recognize_impl(
         self,

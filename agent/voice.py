@@ -53,7 +53,7 @@ from agent import livekit_internals
 from agent.config import AgentConfig
 from agent.duplex import DuplexController
 from agent.engine_client import TTSBackend
-from agent.llm import build_llm, history_for_request, stream_with_continuation
+from agent.llm import build_llm, history_for_request, llm_client, stream_with_continuation
 from agent.output import FrameRecord, RtcAudioOutput
 from agent.reply import Reply
 from agent.stt import ObservedSTT, OmniSTT, STTObserver
@@ -260,8 +260,9 @@ class Call:
             from agent.local.whisper_stt import WhisperSTT
 
             self.stt = WhisperSTT(observer=stt_observer)
-        self.llm = build_llm(cfg)
-        self.llm_continuation = build_llm(cfg, continuation=True) if cfg.enable_continuation else None
+        self.llm_client = llm_client(cfg)  # one pool for the answer and its continuation, closed with the call
+        self.llm = build_llm(cfg, self.llm_client)
+        self.llm_continuation = build_llm(cfg, self.llm_client, continuation=True) if cfg.enable_continuation else None
         self.tts = QwenTTS(
             backend,
             speaker=cfg.tts_speaker,
@@ -393,6 +394,7 @@ class Call:
             self.controller.close()  # again: a user turn that ended while the session was closing is written too
             await self.output.aclose()
             await self.stt.aclose()
+            await self.llm_client.close()
             release_free_memory()  # this call's buffers are garbage now; give their pages back
 
 

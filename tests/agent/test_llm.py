@@ -8,7 +8,7 @@ import dataclasses
 from livekit.agents import APIConnectOptions, llm
 
 from agent.config import AgentConfig
-from agent.llm import build_llm, stream_with_continuation
+from agent.llm import build_llm, llm_client, stream_with_continuation
 from agent.tools.fake_openai import FakeOpenAIServer, Script
 
 REPLY = "one two three four five six seven eight nine ten."
@@ -19,8 +19,9 @@ def config(base_url: str, **kw: object) -> AgentConfig:
 
 
 async def collect(cfg: AgentConfig, ctx: llm.ChatContext, *, continuation: bool) -> str:
-    main = build_llm(cfg)
-    cont = build_llm(cfg, continuation=True) if continuation else None
+    client = llm_client(cfg)
+    main = build_llm(cfg, client)
+    cont = build_llm(cfg, client, continuation=True) if continuation else None
     text = ""
     async for chunk in stream_with_continuation(
         main, cont, chat_ctx=ctx, tools=[], conn_options=APIConnectOptions(max_retry=0, timeout=5),
@@ -31,6 +32,7 @@ async def collect(cfg: AgentConfig, ctx: llm.ChatContext, *, continuation: bool)
     await main.aclose()
     if cont is not None:
         await cont.aclose()
+    await client.close()
     return text
 
 
