@@ -301,6 +301,12 @@ class DuplexController:
             if self.state in (State.THINKING, State.LISTENING):
                 self.transition(State.SPEAKING, "first frame published")
 
+    def on_playout_gap(self, reply_id: str, gap_s: float) -> None:
+        reply = self._replies.get(reply_id)
+        if reply is not None and reply.turn is not None:
+            reply.turn.playout_gaps += 1
+            reply.turn.playout_gap_ms += gap_s * 1000.0
+
     def on_playout_finished(self, reply_id: str, interrupted: bool) -> None:
         reply = self._replies.get(reply_id)
         if reply is None or reply.done:

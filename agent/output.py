@@ -14,8 +14,10 @@ Contract with the framework (`livekit.agents.voice.io.AudioOutput`):
   advertised when false-interruption resume is enabled.
 Contract with the DuplexController: frames carry `userdata["reply_id"]`; `silence(reply_id)` closes that
 reply's gate (later frames of it are dropped, never captured) and clears the queue, returning the time;
-`on_frame_published` / `on_playout_finished` / `on_clear_buffer` report back. `frame_observer` sees
-every frame actually captured (the simulator's timestamping hook).
+`on_frame_published` / `on_playout_finished` / `on_clear_buffer` report back, and `on_playout_gap` each time
+the queue ran dry inside a segment (the next frame came late: the listener hears a gap, and WebRTC sends the
+rest late, which deepens the listener's jitter buffer). `frame_observer` sees every frame actually captured
+(the simulator's timestamping hook).
 After a cut (`silence`, `clear_buffer`) the source sends `cut_silence_ms` of digital silence: a listener whose
 packets simply stop hears WebRTC's packet-loss concealment stretch and fade the last sound for tens of ms;
 silent packets end the agent's voice at once. They belong to no reply (never counted as published frames).
@@ -76,10 +78,12 @@ class RtcAudioOutput(io.AudioOutput):
         self.frame_observer = frame_observer
         self.frames_captured = 0
         self.frames_dropped = 0
+        self.playout_gaps = 0
         self._silenced: set[str] = set()
         self._segment_open = False
         self._segment_reply: str | None = None
         self._segment_captured_s = 0.0
+        self._dry_at = 0.0  # perf_counter when the queued audio runs out if no frame follows
         self._finish_tasks: list[tuple[asyncio.Task[None], str | None, float]] = []
         self._resumed = asyncio.Event()
         self._resumed.set()
@@ -153,7 +157,9 @@ class RtcAudioOutput(io.AudioOutput):
             self.frames_dropped += 1
             return
         await super().capture_frame(frame)
-        if not self._segment_open:
+        if self._segment_open:
+            self._check_gap(reply_id)
+        else:
             self._segment_open = True
             self._segment_reply = reply_id or None
             self._segment_captured_s = 0.0
@@ -165,6 +171,7 @@ class RtcAudioOutput(io.AudioOutput):
                 return
         t_start = await self._capture(frame)
         t_end = time.perf_counter()
+        self._dry_at = t_end + self.source.queued_duration
         if not self._allowed(reply_id):
             # cut while this capture was in flight: clear it out of the queue; it never plays, so it is
             # not published (and not counted as a stale frame: it started before the cut)
@@ -180,6 +187,13 @@ class RtcAudioOutput(io.AudioOutput):
             )
         if self.controller is not None and reply_id:
             self.controller.on_frame_published(reply_id, t_end)
+
+    def _check_gap(self, reply_id: str) -> None:
+        gap = time.perf_counter() - self._dry_at
+        if gap > 0.001 and self.source.queued_duration == 0:
+            self.playout_gaps += 1
+            if self.controller is not None and reply_id:
+                self.controller.on_playout_gap(reply_id, gap)
 
     def flush(self) -> None:
         super().flush()

@@ -79,6 +79,8 @@ class TurnTrace:
     user_text: str = ""
     reply_chars: int = 0
     segments_sent: int = 0
+    playout_gaps: int = 0  # times the reply's audio queue ran dry mid-segment (a stutter the listener hears)
+    playout_gap_ms: float = 0.0
     # open | answered | interrupted | no_transcript | error | unanswered (a transcript, no reply: the user
     # spoke again before the agent answered and the next turn carries it; never "error" without an error)
     outcome: str = "open"
@@ -145,6 +147,8 @@ class TurnTrace:
             "user_text_chars": len(self.user_text),
             "reply_text_chars": self.reply_chars,
             "tts_segments": self.segments_sent,
+            "playout_gaps": self.playout_gaps,
+            "playout_gap_ms": round(self.playout_gap_ms, 1),
             "interruptions": interruptions,
             "errors": list(self.errors),
         }

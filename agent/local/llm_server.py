@@ -7,7 +7,8 @@ the `local_llm` service when `LLM_BASE_URL` is empty. A 135M model answers quick
 enough to show a call working; it is not a production LLM.
 
 Options: --host (127.0.0.1), --port (LOCAL_LLM_PORT or 8012), --model (GGUF path; default the bundled
-file), --n-ctx (2048), --threads (1: the worker, VAD and the TTS engine share the CPU). Exit 2 with one
+file), --n-ctx (2048), --threads (1: the worker, VAD and the TTS engine share the CPU), --nice (10: the
+server runs at a lowered priority, so WebRTC's audio threads never wait for it; 0 = off). Exit 2 with one
 line when the model file is missing.
 """
 
@@ -19,7 +20,7 @@ import os
 import sys
 from pathlib import Path
 
-from agent.local.defaults import LOCAL_LLM_MODEL
+from agent.local.defaults import COMPUTE_NICE, LOCAL_LLM_MODEL
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -50,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", type=Path, default=None, help="GGUF file (default: the bundled SmolLM2)")
     parser.add_argument("--n-ctx", type=int, default=2048)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--nice", type=int, default=COMPUTE_NICE, choices=range(20), metavar="0..19")
     args = parser.parse_args(argv)
     try:
         args.model = args.model or bundled_gguf()
@@ -65,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     argv_exec = build_argv(args)
     print(f"llm_server: serving {args.model.name} as {LOCAL_LLM_MODEL!r} on http://{args.host}:{args.port}/v1",
           flush=True)
+    if args.nice:
+        os.nice(args.nice)  # kept across exec: the whole server yields the CPU to the media path
     os.execv(sys.executable, argv_exec)  # the llama.cpp server replaces this process (signals reach it)
     return 0  # not reached
 

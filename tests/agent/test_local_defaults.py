@@ -79,5 +79,36 @@ def test_whisper_stt_hears_real_speech() -> None:
     assert "hear" in text, text
 
 
+def test_embedded_models_compute_at_a_lowered_priority(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whisper loads and transcribes on its own thread, and llama.cpp's server process runs, at COMPUTE_NICE
+    above the caller: WebRTC's audio threads must not wait behind them for the CPU."""
+    import os
+    import threading
+
+    from agent.local import whisper_stt
+    from agent.local.defaults import COMPUTE_NICE
+
+    base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    tid = whisper_stt._compute.submit(threading.get_native_id).result()
+    assert tid != threading.get_native_id()
+    assert os.getpriority(os.PRIO_PROCESS, tid) == min(19, base + COMPUTE_NICE)
+
+    calls: list[tuple[str, object]] = []
+    monkeypatch.setattr(llm_server.os, "nice", lambda n: calls.append(("nice", n)))
+
+    def fake_exec(path: str, argv: list[str]) -> None:
+        calls.append(("exec", argv[2]))
+        raise SystemExit(0)
+
+    monkeypatch.setattr(llm_server.os, "execv", fake_exec)
+    with pytest.raises(SystemExit):
+        llm_server.main(["--port", "9"])
+    assert calls == [("nice", COMPUTE_NICE), ("exec", "llama_cpp.server")]
+    calls.clear()
+    with pytest.raises(SystemExit):
+        llm_server.main(["--port", "9", "--nice", "0"])
+    assert calls == [("exec", "llama_cpp.server")]
+
+
 def test_field_defaults_are_what_an_empty_environment_gives() -> None:
     assert AgentConfig() == AgentConfig.from_env({})

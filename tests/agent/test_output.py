@@ -100,3 +100,33 @@ async def test_pause_and_resume_are_idempotent() -> None:
     await asyncio.wait_for(task, 1.0)
     assert out.frames_captured == 1
     await out.aclose()
+
+
+async def test_a_queue_that_ran_dry_mid_segment_is_a_counted_gap() -> None:
+    class Controller:  # the two calls the output makes that matter here
+        gaps: list[tuple[str, float]] = []
+
+        def frame_allowed(self, reply_id: str) -> bool:
+            return True
+
+        def on_frame_published(self, reply_id: str, t: float) -> None:
+            pass
+
+        def on_playout_gap(self, reply_id: str, gap_s: float) -> None:
+            self.gaps.append((reply_id, gap_s))
+
+    out, _, _ = make()
+    out.controller = Controller()  # type: ignore[assignment]
+    for _ in range(3):  # back to back: the queue never runs dry
+        await out.capture_frame(frame("r1"))
+    assert out.playout_gaps == 0
+    await asyncio.sleep(0.2)  # 60 ms queued, then 140 ms with nothing to play
+    await out.capture_frame(frame("r1"))
+    assert out.playout_gaps == 1
+    [(reply, gap)] = out.controller.gaps  # type: ignore[attr-defined]
+    assert reply == "r1" and 0.1 < gap < 0.3
+    out.flush()
+    await asyncio.sleep(0.1)
+    await out.capture_frame(frame("r2"))  # a new segment's first frame after silence is not a gap
+    assert out.playout_gaps == 1
+    await out.aclose()

@@ -34,7 +34,8 @@ def test_record_schema_and_relative_points(tmp_path: Path) -> None:
     assert rec["segments_ms"]["e2e"] == pytest.approx(70.0)
     assert all(v >= 0 for v in rec["segments_ms"].values())
     assert rec["complete"] is True and rec["outcome"] == "answered"
-    for key in ("timestamp", "user_text_chars", "reply_text_chars", "tts_segments", "interruptions", "errors"):
+    for key in ("timestamp", "user_text_chars", "reply_text_chars", "tts_segments", "playout_gaps", "playout_gap_ms",
+                "interruptions", "errors"):
         assert key in rec
 
 

@@ -113,8 +113,9 @@ class Scheduler:
         self.text_rows = TextRows(self)  # streaming-text streams: text row per step, parking while text runs dry
 
     # ---- public, any thread -------------------------------------------------------------------
-    def start(self) -> None:
+    def start(self) -> int | None:
         self._thread.start()
+        return self._thread.native_id  # the OS thread id (engine.py lowers its priority on a CPU)
 
     def submit(self, channel: StreamChannel) -> None:
         self._inbox.put(channel)

@@ -99,6 +99,27 @@ def receiver_stats(inbound: list[dict]) -> dict[str, float | None]:
     }
 
 
+def receiver_series(samples: list[tuple[float, list[dict]]]) -> list[dict[str, float]]:
+    """The agent track's jitter buffer between consecutive snapshots: the delay it held and the delay it aimed
+    for (ms per emitted sample), so a buffer that grows during the call shows when, not only on average."""
+    out, prev = [], None
+    for t, inbound in samples:
+        agent = next((i for i in inbound if i.get("isAgent")), None)
+        if agent is None or agent.get("jitterBufferEmittedCount") is None:
+            continue
+        if prev is not None:
+            emitted = agent["jitterBufferEmittedCount"] - prev["jitterBufferEmittedCount"]
+            if emitted > 0:
+                row = {"t_s": round(t, 1),
+                       "delay_ms": round((agent["jitterBufferDelay"] - prev["jitterBufferDelay"]) / emitted * 1000, 1)}
+                for key, name in (("jitterBufferTargetDelay", "target_ms"), ("jitterBufferMinimumDelay", "minimum_ms")):
+                    if agent.get(key) is not None and prev.get(key) is not None:
+                        row[name] = round((agent[key] - prev[key]) / emitted * 1000, 1)
+                out.append(row)
+        prev = agent
+    return out
+
+
 def column_summary(rows: list[dict], key: str) -> dict[str, float | None]:
     """n, P50 and P95 (0.1 ms) of one column of per-turn or per-barge-in rows, missing values left out."""
     values = [r[key] for r in rows if r.get(key) is not None]
@@ -118,10 +139,13 @@ def run(
         with BrowserCall(stack.page_url, wav) as call:
             call.join("callbench")
             per_turn_s = 2.5 + gap_s
-            deadline = time.monotonic() + 20 + turns * per_turn_s * 1.5
+            start = time.monotonic()
+            deadline = start + 20 + turns * per_turn_s * 1.5
+            samples: list[tuple[float, list[dict]]] = []
             while time.monotonic() < deadline:
                 time.sleep(2.0)
                 snap = call.snapshot()
+                samples.append((time.monotonic() - start, snap["inbound"]))
                 if sum(r["type"] == "turn" for r in snap["log"]) >= turns:
                     break
             time.sleep(3.0)  # the last turn's trace is written once its reply ends or is cut
@@ -139,7 +163,7 @@ def run(
 
     keys = ("response_ms", "voice_to_voice_ms", "vad_end_lag_ms", "stt_ms", "llm_ttft_ms", "tts_first_packet_ms",
             "server_e2e_ms", "publish_to_heard_ms", "overhead_ms", "vad_to_stt_ms", "stt_to_llm_ms", "bridge_ms",
-            "tts_first_to_publish_ms")  # fmt: skip
+            "tts_first_to_publish_ms", "playout_gap_ms")  # fmt: skip
     report = {
         "benchmark": "callbench",
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -165,6 +189,7 @@ def run(
                                                           "decision_to_cut_ms", "cut_to_silence_ms",
                                                           "onset_to_silence_ms")},  # fmt: skip
         "receiver": receiver_stats(snap["inbound"]),
+        "receiver_series": receiver_series(samples),
         "targets": TARGETS,
         "turn_rows": turn_rows,
         "barge_in_rows": barge_rows,

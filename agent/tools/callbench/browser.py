@@ -45,6 +45,8 @@ SNAPSHOT_JS = """async () => {
             packetsReceived: s.packetsReceived, audioLevel: s.audioLevel ?? null,
             totalAudioEnergy: s.totalAudioEnergy ?? null, jitterBufferDelay: s.jitterBufferDelay ?? null,
             jitterBufferEmittedCount: s.jitterBufferEmittedCount ?? null, jitter: s.jitter ?? null,
+            jitterBufferTargetDelay: s.jitterBufferTargetDelay ?? null,
+            jitterBufferMinimumDelay: s.jitterBufferMinimumDelay ?? null,
             concealedSamples: s.concealedSamples ?? null, totalSamplesReceived: s.totalSamplesReceived ?? null,
             concealmentEvents: s.concealmentEvents ?? null, packetsLost: s.packetsLost ?? null,
           });

@@ -57,6 +57,7 @@ def match_turns(log: list[dict], traces: list[dict], *, hangover_ms: float) -> l
             "server_e2e_ms": _seg(p, "vad_speech_end", "first_frame_published"),
             "publish_to_heard_ms": rec["agentStartAtMs"] - published_ms,
             "overhead_ms": rec["responseMs"] - models,  # transport + framework: neither a model nor the hangover
+            "playout_gap_ms": trace.get("playout_gap_ms"),  # the reply's audio queue ran dry (a heard stutter)
             **{f"{name}_ms": _seg(p, a, b) for name, a, b in SEGMENTS if name in FRAMEWORK_SEGMENTS},
         })  # fmt: skip
     return out
