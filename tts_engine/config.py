@@ -85,7 +85,7 @@ class EngineConfig:
     # default is one core fewer than the machine has: the worker's media path (WebRTC, VAD) needs a free core, or
     # its 20 ms packets leave in bursts and listeners' jitter buffers grow (docs/agent.md, "Latency at the browser").
     cpu_threads: int = 0
-    cpu_nice: int = 0  # on a CPU, raise the engine thread's nice value by this (runtime/niceness.py); env default 10
+    cpu_nice: int = 0  # on a CPU, raise the engine thread's nice value by this (tts_engine/niceness.py); env default 10
     cudagraph_talker: bool = True  # only meaningful on CUDA
     cudagraph_predictor: bool = True
     cudagraph_decoder: bool = True

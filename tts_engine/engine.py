@@ -54,11 +54,11 @@ from tts_engine.errors import (
     UnknownLanguageError,
     UnknownSpeakerError,
 )
+from tts_engine.niceness import lower_thread
 from tts_engine.runtime.admission import AdmissionPolicy, resolve_slots
 from tts_engine.runtime.chained import ChainedStream, SegmentSource, TextFitter
 from tts_engine.runtime.codedump import CodeDumper
 from tts_engine.runtime.metrics import EngineCounters, StreamMetrics
-from tts_engine.runtime.niceness import lower_thread
 from tts_engine.runtime.scheduler import Scheduler
 from tts_engine.runtime.stream import (
     EngineClosedError,
@@ -135,7 +135,7 @@ class Engine(TextStreams):
         if self.device.type == "cuda":  # capacity from measured step costs (CPU: every slot, nothing measured)
             self.scheduler.measure_costs(self._admit_probe, config.step_budget_ms)
         worker_tid = self.scheduler.start()
-        if self.device.type == "cpu":  # the media path first (runtime/niceness.py)
+        if self.device.type == "cpu":  # the media path first (tts_engine/niceness.py)
             lower_thread(worker_tid, config.cpu_nice)
         self.warmup_s: float | None = None
         self._fitter = TextFitter(self.codegen.max_seq_len, model.config.supports_instruct, model.tokenizer)

@@ -23,7 +23,7 @@ logger = logging.getLogger("agent.local")
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL_LLM_MODEL = "smollm2-135m-instruct"
 # nice value added to the embedded models' compute (llama.cpp's process, whisper's thread; the TTS engine has
-# TTS_DEEP_STREAM_CPU_NICE): on the CPU they share with WebRTC, audio must win (tts_engine/runtime/niceness.py)
+# TTS_DEEP_STREAM_CPU_NICE): on the CPU they share with WebRTC, audio must win (tts_engine/niceness.py)
 COMPUTE_NICE = 10
 DEFAULT_CHECKPOINT_DIR = ROOT / "checkpoints" / "random-tiny"
 RANDOM_WEIGHTS_WARNING = (
