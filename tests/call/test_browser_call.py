@@ -34,7 +34,6 @@ def wait_traces(stack: LocalStack, room: str, predicate, timeout: float = 60.0) 
 def test_browser_call_agent_hears_and_answers(stack: LocalStack, question_wav: Path) -> None:
     with BrowserCall(stack.page_url, question_wav) as call:
         call.join("browser-call")
-        call.probe_delivery()
         # the agent joins and its state shows on the page, with a plain word about its random-weight voice
         call.wait_for(AGENT_PRESENT_JS, 60)
         call.wait_for("() => window.voiceCall.agentParts?.tts_weights === 'random'", 30)
@@ -47,7 +46,6 @@ def test_browser_call_agent_hears_and_answers(stack: LocalStack, question_wav: P
         # the call's trace has all nine points for an answered turn; wait inside the call, since a turn cut
         # short (a reply cut before its first frame) is traced incomplete and the next loop of the WAV answers
         records = wait_traces(stack, "browser-call", lambda rs: any(r["complete"] for r in rs))
-        delivery = call.delivery()
         call.leave()
         problems = list(call.problems)
 
@@ -63,8 +61,6 @@ def test_browser_call_agent_hears_and_answers(stack: LocalStack, question_wav: P
     before, after = agent_in[0]
     assert after["bytesReceived"] > before["bytesReceived"] and after["packetsReceived"] > before["packetsReceived"]
     assert after["totalAudioEnergy"] > 0.0, after
-    # callbench's probe saw the agent's voice leave the jitter buffer, on the system clock (Unix ms)
-    assert any(e["loud"] for e in delivery) and abs(delivery[0]["t"] / 1000.0 - time.time()) < 300, delivery[:3]
     turn = next(r for r in second["log"] if r["type"] == "turn")
     assert 0 < turn["responseMs"] < 15_000, turn
     done = next(r for r in records if r["complete"])

@@ -1,19 +1,8 @@
-"""callbench's arithmetic: onsets of the agent's audio as played out of the jitter buffer (browser.py's probe),
-and the receiver's jitter buffer between snapshots."""
+"""callbench's arithmetic: the receiver's jitter buffer between snapshots."""
 
 from __future__ import annotations
 
 from agent.tools.callbench.bench import receiver_series
-from agent.tools.callbench.measure import onset_after
-
-DELIVERY = [{"t": 1000.0, "loud": True}, {"t": 1500.0, "loud": False}, {"t": 1600.0, "loud": True}]
-
-
-def test_a_delivered_onset_is_the_first_loud_crossing_at_or_after_the_instant() -> None:
-    assert onset_after(DELIVERY, 900.0) == 100.0
-    assert onset_after(DELIVERY, 1000.0) == 0.0
-    assert onset_after(DELIVERY, 1001.0) == 599.0
-    assert onset_after(DELIVERY, 1700.0) is None
 
 
 def test_receiver_series_is_per_interval_not_cumulative() -> None:

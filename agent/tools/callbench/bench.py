@@ -138,7 +138,6 @@ def run(
     try:
         with BrowserCall(stack.page_url, wav) as call:
             call.join("callbench")
-            call.probe_delivery()
             per_turn_s = 2.5 + gap_s
             start = time.monotonic()
             deadline = start + 20 + turns * per_turn_s * 1.5
@@ -154,7 +153,6 @@ def run(
                     break
             time.sleep(3.0)  # the last turn's trace is written once its reply ends or is cut
             snap = call.snapshot()
-            delivery = call.delivery()
             call.leave()
             problems = list(call.problems)
     finally:
@@ -162,13 +160,13 @@ def run(
     traces = [r for r in stack.traces() if r["session_id"].startswith("callbench-")]
     heard = [line["text"].lower() for line in snap["transcript"] if line["who"] == "you" and line["final"]]
     recognised = sum(any(word in h for h in heard) for _, word in chosen)
-    turn_rows = match_turns(snap["log"], traces, hangover_ms=hangover_ms, delivery=delivery)
+    turn_rows = match_turns(snap["log"], traces, hangover_ms=hangover_ms)
     barge_rows = match_barge_ins(snap["log"], traces)
     answered = [t for t in traces if t["outcome"] in ("answered", "interrupted")]
 
     keys = ("response_ms", "voice_to_voice_ms", "vad_end_lag_ms", "stt_ms", "llm_ttft_ms", "tts_first_packet_ms",
             "server_e2e_ms", "publish_to_heard_ms", "overhead_ms", "vad_to_stt_ms", "stt_to_llm_ms", "bridge_ms",
-            "tts_first_to_publish_ms", "playout_gap_ms", "publish_to_delivered_ms")  # fmt: skip
+            "tts_first_to_publish_ms", "playout_gap_ms")  # fmt: skip
     report = {
         "benchmark": "callbench",
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -198,7 +196,6 @@ def run(
         "targets": TARGETS,
         "turn_rows": turn_rows,
         "barge_in_rows": barge_rows,
-        "delivery": delivery,  # the probe's crossings (browser.py), Unix ms
         # how far the page's AudioContext clock fell behind the system clock during the call (its render thread
         # starved): the page's meters then hear both tracks up to that much late (docs/agent.md says how much)
         "audio_clock_lost_ms": round(offsets[-1] - offsets[0], 1) if len(offsets) > 1 else None,

@@ -71,40 +71,6 @@ SNAPSHOT_JS = """async () => {
 }"""
 
 
-# Polls the agent track's receiver every 10 ms and keeps each crossing of the -55 dBFS line by the audio it
-# played out of its jitter buffer since the last poll (inbound-rtp totalAudioEnergy / totalSamplesDuration), at
-# the stats' own timestamp (Unix ms): the point where the <audio> element and the page's meter part ways, on the
-# system clock. WebRTC's level is a peak that decays over ~100s of ms, so only rising crossings are sharp.
-DELIVERY_PROBE_JS = """() => {
-  if (window.__delivery) return;
-  const events = (window.__delivery = []);
-  let loud = false, last = null, busy = false;
-  setInterval(async () => {
-    const room = window.voiceCall.room;
-    if (!room || busy) return;
-    busy = true;
-    try {
-      for (const p of room.remoteParticipants.values()) {
-        if (!p.isAgent) continue;
-        for (const pub of p.audioTrackPublications.values()) {
-          const receiver = pub.track?.receiver;
-          if (!receiver) continue;
-          (await receiver.getStats()).forEach((s) => {
-            if (s.type !== 'inbound-rtp' || s.totalSamplesDuration === undefined) return;
-            if (last !== null && s.totalSamplesDuration > last.d) {
-              const power = (s.totalAudioEnergy - last.e) / (s.totalSamplesDuration - last.d);
-              const now = power > 0 && 10 * Math.log10(power) >= -55;
-              if (now !== loud) { loud = now; events.push({ t: s.timestamp, loud }); }
-            }
-            last = { e: s.totalAudioEnergy, d: s.totalSamplesDuration };
-          });
-        }
-      }
-    } finally { busy = false; }
-  }, 10);
-}"""
-
-
 def chromium_path() -> str:
     for candidate in (os.environ.get("CHROMIUM_PATH"), "/usr/bin/chromium", shutil.which("chromium")):
         if candidate and Path(candidate).exists():
@@ -154,13 +120,6 @@ class BrowserCall:
 
     def snapshot(self) -> dict[str, Any]:
         return self.page.evaluate(SNAPSHOT_JS)
-
-    def probe_delivery(self) -> None:
-        """Start recording when the agent's audio is delivered out of the jitter buffer (`delivery()` reads it)."""
-        self.page.evaluate(DELIVERY_PROBE_JS)
-
-    def delivery(self) -> list[dict[str, Any]]:
-        return self.page.evaluate("() => window.__delivery || []")
 
     def leave(self) -> None:
         self.page.click("#leave")

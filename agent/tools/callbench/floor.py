@@ -32,15 +32,12 @@ from livekit import api, rtc
 
 from agent.tools.callbench.bench import column_summary, device, receiver_stats, versions
 from agent.tools.callbench.browser import BrowserCall
-from agent.tools.callbench.measure import onset_after
 from agent.tools.callbench.speech import RATE, speak
 from agent.tools.callbench.stack import LocalStack
 
 PHRASES = ["Hello there, can you hear me?", "Tell me more about it.", "Wait a second please."]
 REPLY = "Sure, I can hear you well, and I will keep on talking about the weather until you stop me."
-TURN_COLUMNS = (
-    "response_ms", "uplink_end_lag_ms", "echo_decision_ms", "publish_to_heard_ms", "publish_to_delivered_ms"
-)
+TURN_COLUMNS = ("response_ms", "uplink_end_lag_ms", "echo_decision_ms", "publish_to_heard_ms")
 BARGE_COLUMNS = ("onset_to_silence_ms", "onset_to_cut_ms", "cut_to_silence_ms")
 OUT_RATE = 24_000  # the worker's RtcAudioOutput rate, queue and frame size
 OUT_FRAME = OUT_RATE // 50
@@ -163,7 +160,7 @@ def phrases_wav(path: Path, cycles: int, gap_s: float) -> None:
         w.writeframes(np.concatenate(parts).tobytes())
 
 
-def match(log: list[dict], events: list[dict], delivery: list[dict] | None = None) -> tuple[list[dict], list[dict]]:
+def match(log: list[dict], events: list[dict]) -> tuple[list[dict], list[dict]]:
     """Browser records against the echo's events (one host, one wall clock)."""
     ends = [e["at_ms"] for e in events if e["type"] == "user_end"]
     published = [e["at_ms"] for e in events if e["type"] == "published"]
@@ -177,7 +174,6 @@ def match(log: list[dict], events: list[dict], delivery: list[dict] | None = Non
             "uplink_end_lag_ms": None if end is None else end - rec["userEndAtMs"],
             "echo_decision_ms": None if end is None or pub is None else pub - end,
             "publish_to_heard_ms": None if pub is None else rec["agentStartAtMs"] - pub,
-            "publish_to_delivered_ms": None if pub is None else onset_after(delivery or [], pub),
         })  # fmt: skip
     for rec in (r for r in log if r.get("type") == "barge_in" and "silentAtMs" in r):
         cut = next((t for t in cuts if rec["userStartAtMs"] <= t <= rec["silentAtMs"]), None)
@@ -209,7 +205,6 @@ def run(workdir: Path, *, cycles: int, gap_s: float = 1.0, reply_s: float = 3.0,
         thread.start()
         with BrowserCall(stack.page_url, wav) as call:
             call.join(room)
-            call.probe_delivery()
             deadline = time.monotonic() + 20 + cycles * (2.5 + gap_s) * 1.5
             while time.monotonic() < deadline:
                 time.sleep(2.0)
@@ -218,14 +213,13 @@ def run(workdir: Path, *, cycles: int, gap_s: float = 1.0, reply_s: float = 3.0,
                     break
             time.sleep(1.0)
             snap = call.snapshot()
-            delivery = call.delivery()
             call.leave()
             problems = list(call.problems)
     finally:
         echo.stop.set()
         thread.join(10)
         stack.stop()
-    turns, barges = match(snap["log"], echo.events, delivery)
+    turns, barges = match(snap["log"], echo.events)
     return {
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "device": device().split(" (")[0] + " (no worker: LiveKit server, page and the echo agent only)",

@@ -9,10 +9,6 @@ Contract
   after the user started talking and before the browser heard silence; `decision_to_silence_ms` is what
   the cancel path plus transport took, as heard; split at the trace's `audio_silenced` (the worker's queue
   cleared) into `decision_to_cut_ms` and `cut_to_silence_ms`.
-- With `delivery` (browser.py's probe: the agent track's level crossings as its jitter buffer plays out, on
-  the system clock), `publish_to_delivered_ms`: first frame published -> first loud audio played out of the
-  jitter buffer, a check on `publish_to_heard_ms` that leaves the page's AudioContext out. Onsets only: the
-  level WebRTC keeps is a decaying peak, so its fall lags the audio by hundreds of ms.
 """
 
 from __future__ import annotations
@@ -31,14 +27,7 @@ def _seg(points: dict[str, float], a: str, b: str) -> float | None:
     return None
 
 
-def onset_after(delivery: list[dict], t_ms: float) -> float | None:
-    """ms from `t_ms` to the first loud crossing the probe saw at or after it, or None."""
-    return next((e["t"] - t_ms for e in delivery if e["loud"] and e["t"] >= t_ms), None)
-
-
-def match_turns(
-    log: list[dict], traces: list[dict], *, hangover_ms: float, delivery: list[dict] | None = None
-) -> list[dict[str, Any]]:
+def match_turns(log: list[dict], traces: list[dict], *, hangover_ms: float) -> list[dict[str, Any]]:
     out = []
     complete = [t for t in traces if t.get("complete")]
     for rec in (r for r in log if r.get("type") == "turn" and "userEndAtMs" in r):
@@ -67,7 +56,6 @@ def match_turns(
             "tts_first_packet_ms": tts,
             "server_e2e_ms": _seg(p, "vad_speech_end", "first_frame_published"),
             "publish_to_heard_ms": rec["agentStartAtMs"] - published_ms,
-            "publish_to_delivered_ms": onset_after(delivery or [], published_ms),
             "overhead_ms": rec["responseMs"] - models,  # transport + framework: neither a model nor the hangover
             "playout_gap_ms": trace.get("playout_gap_ms"),  # the reply's audio queue ran dry (a heard stutter)
             **{f"{name}_ms": _seg(p, a, b) for name, a, b in SEGMENTS if name in FRAMEWORK_SEGMENTS},
@@ -89,7 +77,7 @@ def match_barge_ins(log: list[dict], traces: list[dict]) -> list[dict[str, Any]]
             continue
         decision, cut = max(inside)
         out.append({
-            "cut_at_ms": cut,  # Unix ms: lines the row up with the probe's crossings
+            "cut_at_ms": cut,  # Unix ms, the worker's clock: lines the row up with logs and other records
             "onset_to_silence_ms": rec["silentAtMs"] - rec["userStartAtMs"],
             "onset_to_decision_ms": decision - rec["userStartAtMs"],
             "decision_to_silence_ms": rec["silentAtMs"] - decision,
