@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -208,6 +209,29 @@ def fast_config(base_url: str, **overrides: Any) -> AgentConfig:
     )
     values.update(overrides)
     return dataclasses.replace(base, **values)
+
+
+class StarvationClock:
+    """Seconds this process was kept off the CPU, seen by a thread that sleeps 50 ms at a time and notes how
+    late it woke. A call stuck on its event loop (a hang, or product code blocking the loop, even in a sleep)
+    leaves this thread on time; a process the host stops scheduling (an overloaded machine) makes it late too.
+    The harness's "no progress" budget is counted in time the process could run (duplex_schedule.py)."""
+
+    def __init__(self, tick_s: float = 0.05, late_s: float = 0.2) -> None:
+        self._lost = 0.0
+        self._tick, self._late = tick_s, late_s
+        threading.Thread(target=self._run, name="starvation-clock", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            t0 = time.monotonic()
+            time.sleep(self._tick)
+            late = time.monotonic() - t0 - self._tick
+            if late > self._late:
+                self._lost += late
+
+    def lost_s(self) -> float:
+        return self._lost
 
 
 def own_tasks(before: set[asyncio.Task[Any]]) -> list[asyncio.Task[Any]]:

@@ -29,6 +29,7 @@ from tests.agent.duplex_harness import (
     FastSource,
     ScriptedBackend,
     ScriptedMic,
+    StarvationClock,
     TTSPlan,
     fast_config,
     own_tasks,
@@ -39,6 +40,8 @@ OUTCOMES = {"answered", "interrupted", "no_transcript", "error", "unanswered"}
 # A wait fails ("stuck") after SETTLE_S with no progress at all (no milestone, frame, state transition or turn),
 # or after MAX_SETTLE_S in any case. A stuck call makes no progress; a starved process makes it slowly (on an
 # overloaded host every one of a reply's paced frames waits for a core), which a flat budget misread as stuck.
+# Time the whole process spent off the CPU (StarvationClock) does not count against SETTLE_S: nothing in it,
+# the call or the harness, could have made progress then.
 SETTLE_S = 4.0
 MAX_SETTLE_S = 60.0
 
@@ -76,6 +79,7 @@ class ScheduleRunner:
 
     def __init__(self, server: FakeOpenAIServer, backend: ScriptedBackend, vad: EnergyVAD) -> None:
         self.server, self.backend, self.vad = server, backend, vad
+        self.starvation = StarvationClock()
 
     async def run(self, turns: list[TurnPlan]) -> Outcome:
         t0 = time.perf_counter()
@@ -160,11 +164,14 @@ class ScheduleRunner:
 
         async def until(cond: Any, what: str) -> bool:
             start = time.perf_counter()
-            deadline, seen = start + SETTLE_S, progress()
+            deadline, seen, lost = start + SETTLE_S, progress(), self.starvation.lost_s()
             while not cond():
                 now, current = time.perf_counter(), progress()
                 if current != seen and now - start < MAX_SETTLE_S:
                     deadline, seen = now + SETTLE_S, current
+                if self.starvation.lost_s() != lost:  # the process was off the CPU: that time is not "no progress"
+                    deadline += self.starvation.lost_s() - lost
+                    lost = self.starvation.lost_s()
                 if now > deadline or state["closing"] is not None:
                     if state["closing"] is None:
                         out.violations.append(f"stuck: {what} (controller {call.controller.state.value}, "

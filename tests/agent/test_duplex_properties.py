@@ -160,3 +160,33 @@ def test_the_harness_can_see_a_violation(stage: Stage, monkeypatch: Any) -> None
     violations = stage.run([TurnPlan(cut=Cut("api", "speech_created")), TurnPlan()])
     assert any(v.startswith("stuck") for v in violations), violations
     assert any(v.startswith("log of this schedule") and "agent.duplex" in v for v in violations), violations[-1][:500]
+
+
+def test_the_starvation_clock_counts_a_stopped_process_not_a_blocked_loop() -> None:
+    """The harness forgives only time the whole process was off the CPU: a call that blocks its own event loop
+    (here: the caller sleeping) is still "no progress", while a process the host stops is not."""
+    import signal
+    import subprocess
+    import sys
+
+    from tests.agent.duplex_harness import StarvationClock
+
+    clock = StarvationClock()
+    time.sleep(0.6)
+    assert clock.lost_s() == 0.0
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom tests.agent.duplex_harness import StarvationClock\n"
+         "c = StarvationClock(); print('ready', flush=True); time.sleep(1.5); print(c.lost_s(), flush=True)"],
+        stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        time.sleep(0.1)
+        child.send_signal(signal.SIGSTOP)
+        time.sleep(0.6)
+        child.send_signal(signal.SIGCONT)
+        lost = float(child.stdout.readline())
+    finally:
+        child.kill()
+        child.wait()
+    assert 0.4 < lost < 1.0, lost
