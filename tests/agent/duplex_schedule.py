@@ -177,7 +177,8 @@ class ScheduleRunner:
                         out.violations.append(f"stuck: {what} (controller {call.controller.state.value}, "
                                               f"reply {call.controller.reply is not None}, livekit "
                                               f"{call.session.agent_state}, engine {self.backend.active_streams}; "
-                                              f"waited {now - start:.1f} s, {SETTLE_S:.0f} s without progress)")
+                                              f"waited {now - start:.1f} s, {SETTLE_S:.0f} s without progress; "
+                                              f"process off the CPU {self.starvation.lost_s():.1f} s in all)")
                     return False
                 await asyncio.sleep(0.002)
             return True
