@@ -12,8 +12,9 @@ partial assistant message, as vLLM does).
 Latencies and faults are scripted: `stt_latency_s`, `llm_ttft_s`, `token_interval_s` (or per-token
 `token_delays_s`), and per-endpoint
 faults `slow` (sleeps `slow_s` first), `500`, `malformed` (broken JSON / SSE). `POST /_admin/script`
-changes them at run time. Every request body is kept in `requests` for tests. A client closing an SSE
-stream mid-reply (the agent's barge-in cancel) is normal: counted in `streams_dropped`, logged at DEBUG.
+changes them at run time. The last `KEEP_REQUESTS` request bodies are kept in `requests` for tests (bounded:
+each STT body carries its audio, and a soak or a long property run would otherwise hold every one of them).
+A client closing an SSE stream mid-reply (the agent's barge-in cancel) is normal: counted in `streams_dropped`, logged at DEBUG.
 
 CLI: `python -m agent.tools.fake_openai --port N [--host H] [--stt-latency-ms MS] [--llm-ttft-ms MS]`.
 """
@@ -28,6 +29,7 @@ import logging
 import re
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,10 +85,13 @@ class BadRequest(Exception):
     pass
 
 
+KEEP_REQUESTS = 1000
+
+
 class FakeOpenAIServer:
     def __init__(self, script: Script | None = None) -> None:
         self.script = script or Script()
-        self.requests: list[dict[str, Any]] = []
+        self.requests: deque[dict[str, Any]] = deque(maxlen=KEEP_REQUESTS)
         self.stt_calls = 0
         self.llm_calls = 0
         self.streams_dropped = 0  # requests/streams the client closed mid-way (a cancel; logged at DEBUG)

@@ -203,7 +203,6 @@ class Runner:
                         delay = self.rng.uniform(opts.min_delay_s, opts.max_delay_s)
                         rec.delay_ms = round(delay * 1000.0, 1)
                         await asyncio.sleep(delay)
-                    server.requests.clear()  # harness memory, not the agent's
                     rec.rss_mb = round(rss_mb(), 2)
                     rec.tasks = len(asyncio.all_tasks())
                     rec.engine_streams = self.engine_streams()
