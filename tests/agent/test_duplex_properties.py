@@ -15,8 +15,10 @@ idle; every turn's trace has a truthful outcome.
 
 Size: DUPLEX_SCHEDULES (default 1000, the CI run). Replay: a failure prints `@reproduce_failure(...)`
 (print_blob) and is saved in the example database (.hypothesis/), so the next run tries it first; a whole
-run replays with `--hypothesis-seed=N`. DUPLEX_PROGRESS=FILE appends "<count> <violations> <elapsed_s>"
-every 100 schedules (the recorded long run).
+run replays with `--hypothesis-seed=N`. DUPLEX_PROGRESS=FILE appends "<count> <violations> <elapsed_s> <rss_mb>"
+every 100 schedules (the recorded long run). The process's memory must stay flat once warm
+(`test_the_schedules_leave_memory_flat`, after the run): a harness stand-in that kept every request grew one
+long run to 2.4 GB, and that process then froze for seconds at a time.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _pytest.logging import LogCaptureHandler  # what pytest's log capture keeps records in
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -74,7 +77,14 @@ schedules = st.lists(turn_plans, min_size=1, max_size=3)
 
 class RecentLog(logging.Handler):
     """The current schedule's log records (agent and LiveKit, DEBUG), kept to explain a violation: a flaky one
-    does not fail again on hypothesis's replay, so its own log is the only account of what happened."""
+    does not fail again on hypothesis's replay, so its own log is the only account of what happened.
+
+    pytest's log capture keeps every record a test emits (its handlers sit on the root logger and on every
+    non-propagating logger), and a warning's traceback holds the whole call it came from: over one test of
+    thousands of schedules that grew the process by ~0.15 MB a schedule, to gigabytes in a long run, where every
+    full garbage collection walks all of it. `Stage.run` drops that capture after each schedule
+    (`drop_pytest_log_capture`); a violation carries this log instead.
+    """
 
     # the worker, LiveKit (agents and plugins), and the LLM/STT HTTP client down to its connection steps: the
     # flaky stalls seen so far sat between an LLM request and the fake server (docs/operations.md)
@@ -83,9 +93,9 @@ class RecentLog(logging.Handler):
     def __init__(self, limit: int = 400) -> None:
         super().__init__(logging.DEBUG)
         self.records: deque[logging.LogRecord] = deque(maxlen=limit)
-        self._levels = {name: logging.getLogger(name).level for name in self.LOGGERS}
-        for name in self.LOGGERS:
-            logger = logging.getLogger(name)
+        loggers = [logging.getLogger(name) for name in self.LOGGERS]
+        self._levels = {lg.name: lg.level for lg in loggers}
+        for logger in loggers:
             logger.setLevel(logging.DEBUG)
             logger.addHandler(self)
 
@@ -102,7 +112,21 @@ class RecentLog(logging.Handler):
         super().close()
 
 
+def drop_pytest_log_capture() -> None:
+    """Empty pytest's capture handlers (records and text) so far: a property test is one pytest test however
+    many schedules it runs, and its capture would otherwise keep every record of all of them (RecentLog)."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, LogCaptureHandler):
+            handler.clear()
+
+
+def rss_mb() -> float:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+
 class Stage:
+    WARM = 200  # schedules before the memory baseline: caches (typing's, LiveKit's, the allocator's) fill first
+
     def __init__(self) -> None:
         self.log = RecentLog()
         self.loop = asyncio.Runner()
@@ -110,17 +134,21 @@ class Stage:
         self.runner = ScheduleRunner(self.server, ScriptedBackend(), EnergyVAD())
         self.count = self.violations = 0
         self.t0 = time.perf_counter()
+        self.rss_warm_mb: float | None = None
 
     def run(self, plan: list[TurnPlan]) -> list[str]:
         self.log.records.clear()
         out = self.loop.run(self.runner.run(plan))
+        drop_pytest_log_capture()
         self.count += 1
         self.violations += bool(out.violations)
         if out.violations:
             out.violations.append(f"log of this schedule (last {len(self.log.records)} records):\n{self.log.text()}")
+        if self.count == self.WARM:
+            self.rss_warm_mb = rss_mb()
         if PROGRESS and self.count % 100 == 0:
             with Path(PROGRESS).open("a") as fh:
-                fh.write(f"{self.count} {self.violations} {time.perf_counter() - self.t0:.1f}\n")
+                fh.write(f"{self.count} {self.violations} {time.perf_counter() - self.t0:.1f} {rss_mb():.0f}\n")
         return out.violations
 
     def close(self) -> None:
@@ -145,6 +173,15 @@ def stage() -> Iterator[Stage]:
 def test_duplex_schedules_keep_the_invariants(stage: Stage, plan: list[TurnPlan]) -> None:
     violations = stage.run(plan)
     assert violations == [], f"{plan!r}\n" + "\n".join(violations)
+
+
+def test_the_schedules_leave_memory_flat(stage: Stage) -> None:
+    """After the property run in this module: the process grew by less than 40 MB from schedule 200 on. One that
+    keeps something per call (the product, or a stand-in keeping every request) grows ~0.2 MB a schedule."""
+    if stage.rss_warm_mb is None or stage.count < 2 * Stage.WARM:
+        pytest.skip(f"needs the property run of this module first ({stage.count} schedules ran here)")
+    grown = rss_mb() - stage.rss_warm_mb
+    assert grown < 40.0, f"RSS grew {grown:.0f} MB over {stage.count - Stage.WARM} schedules"
 
 
 def test_the_harness_can_see_a_violation(stage: Stage, monkeypatch: Any) -> None:
