@@ -5,8 +5,9 @@
 `EchoAgent` in the room in place of the worker: a LiveKit Python SDK participant of kind agent (so the page
 treats it as the agent) that detects the user's speech with the page's own energy VAD rules (-50 dBFS, 60 ms
 to start, the same hangover to end) on the audio it receives, answers each end of speech at once with a spoken
-sentence published the way the worker publishes (24 kHz `rtc.AudioSource`, 100 ms queue, 20 ms frames), and on a new
-onset while it speaks clears its queue (the worker's barge-in cut). No model, no VAD model, no framework.
+sentence (over a quiet noise bed, so that it never pauses, like the worker's voice: `gapless_reply`) published the
+way the worker publishes (24 kHz `rtc.AudioSource`, 100 ms queue, 20 ms frames), and on a new onset while it
+speaks clears its queue and sends 60 ms of silence (the worker's barge-in cut). No model, no VAD model, no framework.
 
 So the browser's `response` here is pure transport + WebRTC buffering + the browser's playout: the floor
 under callbench's `overhead` (which is the same browser figure minus model times), and its barge-in
@@ -80,6 +81,18 @@ def level_db(frame: rtc.AudioFrame) -> float:
     return 20.0 * np.log10(rms) if rms > 0 else -np.inf
 
 
+def gapless_reply(bed_dbfs: float = -40.0, seed: int = 0) -> np.ndarray:
+    """The echo's answer at 24 kHz: espeak-ng speech (the page's level rules were made for speech) over a quiet
+    noise bed, so that no 10 ms of it falls below the page's silence threshold (-55 dBFS) while it speaks.
+    espeak alone pauses between words (18 % of its 10 ms windows, runs of 30-160 ms below -55 dBFS): a cut that
+    reached the browser inside a pause was "heard" from the pause's start, before the cut could have arrived,
+    which made the barge-in floor look ~15 ms shorter than the worker's (whose random-weight voice never pauses)."""
+    voice = speak(REPLY).astype(np.float32)
+    voice = voice[: voice.size // 2 * 2].reshape(-1, 2).mean(axis=1)  # 48 -> 24 kHz
+    bed = np.random.default_rng(seed).standard_normal(voice.size) * (32768.0 * 10 ** (bed_dbfs / 20.0))
+    return np.clip(voice + bed, -32768, 32767)
+
+
 class EchoAgent:
     """Answers every end of speech at once with up to `reply_s` of speech; a new onset while it speaks cuts it."""
 
@@ -89,20 +102,31 @@ class EchoAgent:
         self.events: list[dict[str, Any]] = []  # Unix ms, the echo's clock
         self.stop = threading.Event()
         self.source: rtc.AudioSource | None = None  # made in run(): the SDK binds it to the running loop
-        # a spoken answer (espeak-ng), like the worker's reply: the page's level rules were made for speech
-        voice = speak(REPLY).astype(np.float32)
-        voice = voice[: voice.size // 2 * 2].reshape(-1, 2).mean(axis=1)  # 48 -> 24 kHz
+        voice = gapless_reply()
         frames = min(int(reply_s * 50), voice.size // OUT_FRAME)
         self.reply_frames = [voice[i * OUT_FRAME : (i + 1) * OUT_FRAME].astype(np.int16).tobytes()
                              for i in range(frames)]  # fmt: skip
         self._reply: asyncio.Task | None = None
+        self._inflight: asyncio.Future | None = None  # the source finishes a capture even if its caller is cut
+
+    async def _capture(self, data: bytes) -> None:
+        assert self.source is not None
+        if self._inflight is not None and not self._inflight.done():
+            await asyncio.wait([self._inflight])  # the source refuses a second capture while one is in flight
+        self._inflight = asyncio.ensure_future(self.source.capture_frame(rtc.AudioFrame(data, OUT_RATE, 1, OUT_FRAME)))
+        await asyncio.shield(self._inflight)
 
     async def _speak(self) -> None:
-        assert self.source is not None
         for i, data in enumerate(self.reply_frames):
             if i == 0:
                 self.events.append({"type": "published", "at_ms": time.time() * 1000.0})
-            await self.source.capture_frame(rtc.AudioFrame(data, OUT_RATE, 1, OUT_FRAME))
+            await self._capture(data)
+
+    async def _silence_tail(self) -> None:
+        """What the worker sends after a cut (RtcAudioOutput.cut_silence_ms): 60 ms of digital silence, so the
+        listener's decoder ends the voice at once instead of concealing the missing packets."""
+        for _ in range(3):
+            await self._capture(bytes(OUT_FRAME * 2))
 
     def _on_vad(self, event: str, now_ms: float) -> None:
         speaking = self._reply is not None and not self._reply.done()
@@ -110,6 +134,7 @@ class EchoAgent:
             self._reply.cancel()  # type: ignore[union-attr]
             self.source.clear_queue()  # type: ignore[union-attr]
             self.events.append({"type": "cut", "at_ms": now_ms})
+            asyncio.ensure_future(self._silence_tail())
         elif event == "speech_end":
             self.events.append({"type": "user_end", "at_ms": now_ms})
             self._reply = asyncio.ensure_future(self._speak())
