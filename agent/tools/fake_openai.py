@@ -14,7 +14,8 @@ Latencies and faults are scripted: `stt_latency_s`, `llm_ttft_s`, `token_interva
 faults `slow` (sleeps `slow_s` first), `500`, `malformed` (broken JSON / SSE). `POST /_admin/script`
 changes them at run time. The last `KEEP_REQUESTS` request bodies are kept in `requests` for tests (bounded:
 each STT body carries its audio, and a soak or a long property run would otherwise hold every one of them).
-A client closing an SSE stream mid-reply (the agent's barge-in cancel) is normal: counted in `streams_dropped`, logged at DEBUG.
+A client closing an SSE stream mid-reply (the agent's barge-in cancel) is normal: counted in `streams_dropped`,
+logged at DEBUG.
 
 CLI: `python -m agent.tools.fake_openai --port N [--host H] [--stt-latency-ms MS] [--llm-ttft-ms MS]`.
 """
