@@ -21,6 +21,9 @@ rest late, which deepens the listener's jitter buffer). `frame_observer` sees ev
 After a cut (`silence`, `clear_buffer`) the source sends `cut_silence_ms` of digital silence: a listener whose
 packets simply stop hears WebRTC's packet-loss concealment stretch and fade the last sound for tens of ms;
 silent packets end the agent's voice at once. They belong to no reply (never counted as published frames).
+`on_cut(reply_id)` is called once per cut that truncated audio (a segment open or still playing out): what
+WebRTC already sent (~100 ms in flight and in the listener's jitter buffer) can only be stopped by the
+listener, so the call tells the page (agent/voice.py publishes it; web/app.js closes its playback gate).
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ class RtcAudioOutput(io.AudioOutput):
         source: rtc.AudioSource | None = None,
         controller: DuplexController | None = None,
         frame_observer: Callable[[FrameRecord], None] | None = None,
+        on_cut: Callable[[str | None], None] | None = None,
     ) -> None:
         super().__init__(
             label="qwen-rtc-output",
@@ -76,6 +80,8 @@ class RtcAudioOutput(io.AudioOutput):
         self.source = source or rtc.AudioSource(sample_rate, 1, queue_size_ms=queue_ms)
         self.controller = controller
         self.frame_observer = frame_observer
+        self.on_cut = on_cut
+        self._cut_told: str | None = None  # the reply whose cut was last reported (silence, then clear_buffer)
         self.frames_captured = 0
         self.frames_dropped = 0
         self.playout_gaps = 0
@@ -111,7 +117,20 @@ class RtcAudioOutput(io.AudioOutput):
         self.source.clear_queue()
         t = time.perf_counter()
         self._end_with_silence()
+        self._tell_cut(reply_id)
         return t
+
+    def _tell_cut(self, reply_id: str | None) -> None:
+        """Report a cut that truncated audio, once per reply (the controller's silence and the framework's
+        clear_buffer both cut the same reply)."""
+        playing = self._segment_open or bool(self._finish_tasks)
+        if self.on_cut is None or not playing or (reply_id is not None and reply_id == self._cut_told):
+            return
+        self._cut_told = reply_id
+        try:
+            self.on_cut(reply_id)
+        except Exception:  # telling the listener is best effort; the cut itself is done
+            logger.exception("on_cut failed [reply %s]", reply_id)
 
     def _end_with_silence(self) -> None:
         if self.cut_silence_ms <= 0 or (self._silence_tail is not None and not self._silence_tail.done()):
@@ -224,6 +243,7 @@ class RtcAudioOutput(io.AudioOutput):
             self.controller.on_clear_buffer(reply_id)
         self.source.clear_queue()
         self._end_with_silence()
+        self._tell_cut(reply_id)
         finished: list[tuple[str | None, float]] = []
         for task, rid, captured in self._finish_tasks:
             task.cancel()

@@ -51,6 +51,7 @@ from livekit.agents.voice.agent_session import SessionConnectOptions
 
 from agent import livekit_internals
 from agent.config import AgentConfig
+from agent.cut_notice import CutNotice
 from agent.duplex import DuplexController
 from agent.engine_client import TTSBackend
 from agent.llm import build_llm, history_for_request, llm_client, stream_with_continuation
@@ -249,6 +250,7 @@ class Call:
             frame_observer=frame_observer,
         )
         self.controller.output = self.output
+        self.cut_notice: CutNotice | None = None
         self.errors: list[str] = []
         stt_observer = STTObserver(on_request=self._stt_request, on_failure=self._stt_failed)
         self.stt: OmniSTT | ObservedSTT
@@ -379,6 +381,8 @@ class Call:
         self.session.output.audio = self.output
         await self.output.warmup()
         if room is not None:
+            self.cut_notice = CutNotice(room.local_participant)  # the page stops what WebRTC still holds
+            self.output.on_cut = self.cut_notice
             track = rtc.LocalAudioTrack.create_audio_track("agent-voice", self.output.source)
             options = rtc.TrackPublishOptions(source=rtc.TrackSource.SOURCE_MICROPHONE)
             await room.local_participant.publish_track(track, options)
@@ -393,6 +397,8 @@ class Call:
         finally:
             self.controller.close()  # again: a user turn that ended while the session was closing is written too
             await self.output.aclose()
+            if self.cut_notice is not None:
+                await self.cut_notice.aclose()
             await self.stt.aclose()
             await self.llm_client.close()
             release_free_memory()  # this call's buffers are garbage now; give their pages back

@@ -4,14 +4,19 @@
 //
 // Join order: audio context (needs the click) -> microphone -> token -> connect -> publish the microphone,
 // so each failure gets its own clear message: no mic, token error, LiveKit unreachable.
+// Playback runs through that audio context (livekit-client's webAudioMix): the agent's track passes a
+// PlaybackGate, which closes when the agent says it cut its reply (data topic "voice_agent.cut",
+// agent/cut_notice.py) and opens when it speaks again, so a barge-in silences the agent here within a few ms
+// instead of after WebRTC's buffers drain. The agent's meter listens after the gate: it measures what is heard.
 // `window.voiceCall` exposes the live state for the browser tests and for debugging in the console.
 
-import { LevelMeters } from "./audio.js";
+import { LevelMeters, PlaybackGate } from "./audio.js";
 import { renderLatency, renderLevel, showTranscriptChunk } from "./view.js";
 import { AudioActivity, EnergyVad, TurnLatencyTracker } from "./stats.js";
 
 const LK = window.LivekitClient;
 const AGENT_STATE = "lk.agent.state";
+const CUT_TOPIC = "voice_agent.cut";
 const WAITING_FOR_AGENT = "Connected. Waiting for the agent to join…";
 const $ = (id) => document.getElementById(id);
 
@@ -27,6 +32,9 @@ const call = {
   tracker: null,
   vad: null,
   agentAudio: null,
+  gate: null, // the agent's PlaybackGate while its track is subscribed
+  cuts: [], // Unix ms at which each cut notice from the agent arrived
+  agentPeakDb: -Infinity, // the loudest 10 ms of the agent heard in this call (after the gate)
   log: [],
 };
 window.voiceCall = call;
@@ -172,6 +180,7 @@ function onMicLevel(db, t) {
 
 function onAgentLevel(db, t) {
   renderLevel("agent-meter", db);
+  if (db > call.agentPeakDb) call.agentPeakDb = db;
   const ev = call.agentAudio.update(db, t);
   if (ev) call.tracker.handleAgentEvent(ev);
 }
@@ -180,9 +189,13 @@ function wireRoom(room) {
   const E = LK.RoomEvent;
   room.on(E.TrackSubscribed, (track, _pub, participant) => {
     if (track.kind !== LK.Track.Kind.Audio) return;
-    const el = track.attach(); // playback; also makes Chrome feed the remote stream into WebAudio
+    if (participant.isAgent) {
+      call.gate = new PlaybackGate(call.meters.ctx);
+      track.setWebAudioPlugins([call.gate.node]); // source -> gate -> volume -> speakers
+      call.watchers.set(track.sid, call.meters.watchNode(call.gate.node, onAgentLevel));
+    }
+    const el = track.attach(); // muted by livekit-client under webAudioMix; Chrome needs it to feed WebAudio
     $("remote-audio").append(el);
-    if (participant.isAgent) call.watchers.set(track.sid, call.meters.watch(track.mediaStreamTrack, onAgentLevel));
   });
   room.on(E.TrackUnsubscribed, (track) => {
     track.detach().forEach((el) => el.remove());
@@ -197,7 +210,13 @@ function wireRoom(room) {
     if ($("notice").textContent === WAITING_FOR_AGENT) notice("info", "");
   });
   room.on(E.ParticipantDisconnected, (p) => { if (p.isAgent) { setAgentState(null); notice("info", "The agent left the room."); } });
+  room.on(E.DataReceived, (_payload, participant, _kind, topic) => {
+    if (topic !== CUT_TOPIC || !participant?.isAgent || !call.gate) return;
+    call.gate.close();
+    call.cuts.push(performance.timeOrigin + performance.now());
+  });
   room.on(E.ParticipantAttributesChanged, (changed, p) => {
+    if (p.isAgent && changed[AGENT_STATE] === "speaking") call.gate?.open(); // its next reply: let it through
     if (p.isAgent && AGENT_STATE in changed) setAgentState(changed[AGENT_STATE]);
     if (p.isAgent && Object.keys(changed).some((k) => k.startsWith("voice_agent."))) showAgentParts(p.attributes);
   });
@@ -239,7 +258,9 @@ async function join(event) {
     const grant = await fetchToken();
     call.grant = { url: grant.url, room: grant.room, identity: grant.identity, expires_at: grant.expires_at };
     $("room-input").value = grant.room;
-    const room = new LK.Room({ adaptiveStream: false, dynacast: false });
+    const room = new LK.Room({
+      adaptiveStream: false, dynacast: false, webAudioMix: { audioContext: call.meters.ctx },
+    });
     call.room = room;
     wireRoom(room);
     await connectRoom(room, grant);
@@ -267,6 +288,8 @@ async function leaveRoom() {
 function teardown() {
   for (const stop of call.watchers.values()) stop();
   call.watchers.clear();
+  call.gate?.open();
+  call.gate = null;
   call.micTrack?.stop();
   call.micTrack = null;
   call.room = null;

@@ -3,8 +3,14 @@
 // Contract: `await meters.start()` (from a user gesture: browsers only start audio after one) creates the
 // context and loads the worklet; `meters.watch(mediaStreamTrack, onLevel)` calls onLevel(db, tMs) about every
 // 10 ms with the track's RMS level in dBFS and a timestamp on the context clock, the same clock for every
-// track, so local and remote events can be subtracted. It returns a function that stops watching.
-// The analysis path never reaches the speakers: the worklet outputs silence; playback is the <audio> element.
+// track, so local and remote events can be subtracted. `meters.watchNode(audioNode, onLevel)` does the same
+// for a node already in the context (the agent's playback gate: what the person hears). Both return a
+// function that stops watching. The analysis path never reaches the speakers: the worklet outputs silence.
+//
+// PlaybackGate: a GainNode in the agent's playback path (a livekit-client web-audio plugin). `close()` ramps it
+// to 0 within `rampMs`: the agent cut its reply (agent/cut_notice.py), and what WebRTC still delivers of it
+// (~100 ms in flight and in the jitter buffer) must not be heard. `open()` lets the next reply through; the
+// gate also opens by itself after `maxClosedMs`, so a lost "speaking" state can never mute the agent for good.
 
 export class LevelMeters {
   constructor({ windowMs = 10 } = {}) {
@@ -39,6 +45,15 @@ export class LevelMeters {
   watch(mediaStreamTrack, onLevel) {
     if (!this.ctx) throw new Error("LevelMeters.start() must be awaited before watch()");
     const source = this.ctx.createMediaStreamSource(new MediaStream([mediaStreamTrack]));
+    const stop = this.watchNode(source, onLevel);
+    return () => {
+      stop();
+      source.disconnect();
+    };
+  }
+
+  watchNode(sourceNode, onLevel) {
+    if (!this.ctx) throw new Error("LevelMeters.start() must be awaited before watchNode()");
     const node = new AudioWorkletNode(this.ctx, "level-meter", {
       numberOfInputs: 1,
       numberOfOutputs: 1,
@@ -47,12 +62,46 @@ export class LevelMeters {
       processorOptions: { windowMs: this.windowMs },
     });
     node.port.onmessage = (msg) => onLevel(msg.data.db, msg.data.t);
-    source.connect(node);
+    sourceNode.connect(node);
     node.connect(this.ctx.destination); // keeps the node pulled by the graph; it only outputs silence
     return () => {
       node.port.onmessage = null;
-      source.disconnect();
+      try { sourceNode.disconnect(node); } catch { /* already disconnected */ }
       node.disconnect();
     };
+  }
+}
+
+export class PlaybackGate {
+  constructor(ctx, { rampMs = 5, maxClosedMs = 1500 } = {}) {
+    this.ctx = ctx;
+    this.rampS = rampMs / 1000;
+    this.maxClosedMs = maxClosedMs;
+    this.node = ctx.createGain();
+    this.closed = false;
+    this.timer = null;
+  }
+
+  _rampTo(value) {
+    const gain = this.node.gain;
+    const t = this.ctx.currentTime;
+    gain.cancelScheduledValues(t);
+    gain.setValueAtTime(gain.value, t);
+    gain.linearRampToValueAtTime(value, t + this.rampS); // a ramp, not a step: no click
+  }
+
+  close() {
+    this._rampTo(0);
+    this.closed = true;
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => this.open(), this.maxClosedMs);
+  }
+
+  open() {
+    clearTimeout(this.timer);
+    this.timer = null;
+    if (!this.closed) return;
+    this.closed = false;
+    this._rampTo(1);
   }
 }

@@ -130,3 +130,30 @@ async def test_a_queue_that_ran_dry_mid_segment_is_a_counted_gap() -> None:
     await out.capture_frame(frame("r2"))  # a new segment's first frame after silence is not a gap
     assert out.playout_gaps == 1
     await out.aclose()
+
+
+async def test_a_cut_that_truncates_audio_is_told_once() -> None:
+    """on_cut (the page's cut notice, agent/cut_notice.py) fires once per reply whose audio a cut truncated:
+    the controller's silence and the framework's clear_buffer of the same reply tell it once; a cut with
+    nothing playing tells nothing."""
+    told: list[str | None] = []
+    out = RtcAudioOutput(queue_ms=100, on_cut=told.append)
+    out.silence("r0")  # nothing played yet
+    for _ in range(3):
+        await out.capture_frame(frame("r1"))
+    out.silence("r1")
+    out.clear_buffer()
+    assert told == ["r1"]
+    await out.aclose()
+
+
+async def test_a_failing_cut_hook_does_not_break_the_cut() -> None:
+    def broken(_reply_id: str | None) -> None:
+        raise RuntimeError("room gone")
+
+    out = RtcAudioOutput(queue_ms=100, on_cut=broken)
+    await out.capture_frame(frame("r1"))
+    out.silence("r1")  # logged, not raised
+    await out.capture_frame(frame("r1"))
+    assert out.frames_dropped == 1  # the gate is closed all the same
+    await out.aclose()

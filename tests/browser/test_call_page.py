@@ -227,6 +227,54 @@ def test_measurement_chain_on_scheduled_audio(page, live_server) -> None:
     assert result["bargeIn"]["last"] == pytest.approx(180, abs=25), result
 
 
+def test_playback_gate_silences_at_once_and_reopens(page, live_server) -> None:
+    """audio.js's PlaybackGate in real Chromium audio: a tone through the gate, metered after it (what the page
+    plays). close() silences it within the ramp (counted on the audio clock, one 10 ms meter window of slack),
+    open() lets it through again, and a gate left closed opens by itself after maxClosedMs."""
+    page.goto(live_server.base_url + "/")
+    page.locator("#server-info").filter(has_text="LiveKit").wait_for()
+    result = page.evaluate(
+        """async () => {
+        const { LevelMeters, PlaybackGate } = await import('/audio.js');
+        const meters = new LevelMeters();
+        await meters.start();
+        const ctx = meters.ctx;
+        const osc = ctx.createOscillator();
+        const gate = new PlaybackGate(ctx, { rampMs: 5, maxClosedMs: 400 });
+        osc.connect(gate.node);
+        osc.start();
+        const levels = [];
+        meters.watchNode(gate.node, (db, t) => levels.push([t, db]));
+        const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+        await sleep(300);
+        const closedAt = ctx.currentTime * 1000;
+        gate.close();
+        await sleep(200);
+        const reopenedAt = ctx.currentTime * 1000;
+        gate.open();
+        await sleep(200);
+        gate.close();                                   // left closed: opens by itself after 400 ms
+        const closedAgainAt = ctx.currentTime * 1000;
+        await sleep(700);
+        const firstQuiet = (from) => levels.find(([t, db]) => t > from && db < -55)?.[0] ?? null;
+        const firstLoud = (from) => levels.find(([t, db]) => t > from && db > -20)?.[0] ?? null;
+        return {
+          quietAfterClose: firstQuiet(closedAt) - closedAt,
+          loudAfterOpen: firstLoud(reopenedAt) - reopenedAt,
+          selfOpened: firstLoud(closedAgainAt + 100) - closedAgainAt,
+          closed: gate.closed,
+        };
+    }"""
+    )
+    # audio-clock arithmetic: the 5 ms ramp, the 10.7 ms meter window it ends in and one more, and up to two
+    # 2.7 ms render quanta before the audio thread applies what the main thread scheduled
+    bound_ms = 5 + 2 * 10.7 + 2 * 2.7
+    assert 0 < result["quietAfterClose"] <= bound_ms, result
+    assert 0 < result["loudAfterOpen"] <= bound_ms, result
+    assert 400 <= result["selfOpened"] <= 400 + 400, result  # a timer on the page's main thread: coarse
+    assert result["closed"] is False, result
+
+
 def test_transcript_lines_update_in_place_per_segment(page, live_server) -> None:
     page.goto(live_server.base_url + "/")
     page.locator("#server-info").filter(has_text="LiveKit").wait_for()

@@ -161,7 +161,7 @@ def run(
     heard = [line["text"].lower() for line in snap["transcript"] if line["who"] == "you" and line["final"]]
     recognised = sum(any(word in h for h in heard) for _, word in chosen)
     turn_rows = match_turns(snap["log"], traces, hangover_ms=hangover_ms)
-    barge_rows = match_barge_ins(snap["log"], traces)
+    barge_rows = match_barge_ins(snap["log"], traces, snap.get("cuts", []))
     answered = [t for t in traces if t["outcome"] in ("answered", "interrupted")]
 
     keys = ("response_ms", "voice_to_voice_ms", "vad_end_lag_ms", "stt_ms", "llm_ttft_ms", "tts_first_packet_ms",
@@ -189,8 +189,8 @@ def run(
         },
         "turns": {k: column_summary(turn_rows, k) for k in keys},
         "barge_in": {k: column_summary(barge_rows, k) for k in ("onset_to_decision_ms", "decision_to_silence_ms",
-                                                          "decision_to_cut_ms", "cut_to_silence_ms",
-                                                          "onset_to_silence_ms")},  # fmt: skip
+                                                          "decision_to_cut_ms", "cut_to_notice_ms",
+                                                          "cut_to_silence_ms", "onset_to_silence_ms")},  # fmt: skip
         "receiver": receiver_stats(snap["inbound"]),
         "receiver_series": receiver_series(samples),
         "targets": TARGETS,

@@ -6,8 +6,10 @@ Contract
   errors, page errors and failed requests in `problems`.
 - `join(room)` presses Join and waits until the page says it is connected; `wait_for(js, timeout)` waits for
   a JS condition on the page; `snapshot()` returns what a person would see and what the page measured:
-  agent state, the agent's parts, transcript lines, the latency records (`window.voiceCall.log`), and
-  WebRTC inbound-audio stats of the agent's track (bytes, packets, audio energy).
+  agent state, the agent's parts, transcript lines, the latency records (`window.voiceCall.log`), the cut
+  notices received (`cuts`), the loudest level of the agent as heard (`agentPeakDb`, after the page's playback
+  gate), and WebRTC inbound-audio stats of the agent's track (bytes, packets, jitter buffer; its audio energy
+  stays 0, since playback runs through the page's audio context, not the muted media element).
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ SNAPSHOT_JS = """async () => {
     notice: shown('notice'),
     transcript: lines,
     log: call.log,
+    cuts: call.cuts,  // Unix ms: each cut notice from the agent (its playback gate closed then)
+    agentPeakDb: Number.isFinite(call.agentPeakDb) ? call.agentPeakDb : null,  // the agent as heard, loudest
     summary: call.tracker.summary(),
     inbound,
     // the page's audio clock onto Unix ms: when the context's render thread is starved its clock falls behind

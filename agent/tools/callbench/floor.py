@@ -5,9 +5,10 @@
 `EchoAgent` in the room in place of the worker: a LiveKit Python SDK participant of kind agent (so the page
 treats it as the agent) that detects the user's speech with the page's own energy VAD rules (-50 dBFS, 60 ms
 to start, the same hangover to end) on the audio it receives, answers each end of speech at once with a spoken
-sentence (over a quiet noise bed, so that it never pauses, like the worker's voice: `gapless_reply`) published the
-way the worker publishes (24 kHz `rtc.AudioSource`, 100 ms queue, 20 ms frames), and on a new onset while it
-speaks clears its queue and sends 60 ms of silence (the worker's barge-in cut). No model, no VAD model, no framework.
+sentence (over a quiet noise bed, so that it never pauses, like the worker's voice: `gapless_reply`) published
+the way the worker publishes (24 kHz `rtc.AudioSource`, 100 ms queue, 20 ms frames), and on a new onset while
+it speaks clears its queue, sends 60 ms of silence and a cut notice to the page (the worker's barge-in cut).
+No model, no VAD model, no framework.
 
 So the browser's `response` here is pure transport + WebRTC buffering + the browser's playout: the floor
 under callbench's `overhead` (which is the same browser figure minus model times), and its barge-in
@@ -31,6 +32,7 @@ from typing import Any
 import numpy as np
 from livekit import api, rtc
 
+from agent.cut_notice import CutNotice
 from agent.tools.callbench.bench import column_summary, device, receiver_stats, versions
 from agent.tools.callbench.browser import BrowserCall
 from agent.tools.callbench.speech import RATE, speak
@@ -108,6 +110,7 @@ class EchoAgent:
                              for i in range(frames)]  # fmt: skip
         self._reply: asyncio.Task | None = None
         self._inflight: asyncio.Future | None = None  # the source finishes a capture even if its caller is cut
+        self.notice: CutNotice | None = None
 
     async def _capture(self, data: bytes) -> None:
         assert self.source is not None
@@ -135,6 +138,8 @@ class EchoAgent:
             self.source.clear_queue()  # type: ignore[union-attr]
             self.events.append({"type": "cut", "at_ms": now_ms})
             asyncio.ensure_future(self._silence_tail())
+            if self.notice is not None:
+                self.notice(None)  # as the worker does: the page's playback gate closes when it arrives
         elif event == "speech_end":
             self.events.append({"type": "user_end", "at_ms": now_ms})
             self._reply = asyncio.ensure_future(self._speak())
@@ -161,6 +166,7 @@ class EchoAgent:
         room.on("track_subscribed", on_track)
         self.source = rtc.AudioSource(OUT_RATE, 1, queue_size_ms=100)
         await room.connect(self.url, self.token)
+        self.notice = CutNotice(room.local_participant)
         track = rtc.LocalAudioTrack.create_audio_track("echo-voice", self.source)
         await room.local_participant.publish_track(
             track, rtc.TrackPublishOptions(source=rtc.TrackSource.SOURCE_MICROPHONE)
@@ -169,6 +175,7 @@ class EchoAgent:
             await asyncio.sleep(0.1)
         for task in [*listeners, *([self._reply] if self._reply else [])]:
             task.cancel()
+        await self.notice.aclose()
         await room.disconnect()
 
 

@@ -8,7 +8,8 @@ Contract
 - `match_barge_ins(log, traces)`: for each browser "barge_in" record, the agent's interruption decided
   after the user started talking and before the browser heard silence; `decision_to_silence_ms` is what
   the cancel path plus transport took, as heard; split at the trace's `audio_silenced` (the worker's queue
-  cleared) into `decision_to_cut_ms` and `cut_to_silence_ms`.
+  cleared) into `decision_to_cut_ms` and `cut_to_silence_ms`; with the page's cut-notice arrivals (`cuts`,
+  Unix ms), `cut_to_notice_ms` is how long the notice took to reach the page, whose playback gate closed then.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def match_turns(log: list[dict], traces: list[dict], *, hangover_ms: float) -> l
     return out
 
 
-def match_barge_ins(log: list[dict], traces: list[dict]) -> list[dict[str, Any]]:
+def match_barge_ins(log: list[dict], traces: list[dict], cuts: list[float] = ()) -> list[dict[str, Any]]:
     decisions = [  # (decision, queue cleared: no further agent audio can leave the worker), Unix ms
         ((trace["wall_t0"] + irq["interrupt_detected"]) * 1000.0,
          None if irq.get("audio_silenced") is None else (trace["wall_t0"] + irq["audio_silenced"]) * 1000.0)
@@ -76,6 +77,7 @@ def match_barge_ins(log: list[dict], traces: list[dict]) -> list[dict[str, Any]]
         if not inside:
             continue
         decision, cut = max(inside)
+        notice = next((c for c in sorted(cuts) if cut is not None and cut <= c <= rec["silentAtMs"] + 1000.0), None)
         out.append({
             "cut_at_ms": cut,  # Unix ms, the worker's clock: lines the row up with logs and other records
             "onset_to_silence_ms": rec["silentAtMs"] - rec["userStartAtMs"],
@@ -83,5 +85,6 @@ def match_barge_ins(log: list[dict], traces: list[dict]) -> list[dict[str, Any]]
             "decision_to_silence_ms": rec["silentAtMs"] - decision,
             "decision_to_cut_ms": None if cut is None else cut - decision,  # the worker's cancel path
             "cut_to_silence_ms": None if cut is None else rec["silentAtMs"] - cut,  # WebRTC + the browser
+            "cut_to_notice_ms": None if notice is None else notice - cut,  # the cut notice's data packet
         })  # fmt: skip
     return out
