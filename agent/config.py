@@ -32,7 +32,7 @@ class AgentConfig:
     http_port: int = 8081  # the worker's health server (GET / and /worker); start_all probes it
     llm_max_history_items: int = 24  # chat items sent per request; older turns are dropped (prompt stays short)
     llm_temperature: float = 0.3
-    vad_silence_ms: int = 200
+    vad_silence_ms: int = 192  # six Silero windows (agent/vad.py)
     # the caller's audio reaches the session (and so the VAD) in frames this long: LiveKit's default of 50 ms adds
     # up to 50 ms before the VAD sees the end of speech; 20 is one Opus packet
     input_frame_ms: int = 20
@@ -93,7 +93,7 @@ class AgentConfig:
             http_port=env.int("AGENT_HTTP_PORT", 8081, lo=0, hi=65535),
             llm_max_history_items=env.int("LLM_MAX_HISTORY_ITEMS", 24, lo=2, hi=10_000),
             llm_temperature=env.float("LLM_TEMPERATURE", 0.3, lo=0.0, hi=2.0),
-            vad_silence_ms=env.int("VAD_SILENCE_MS", 200, lo=50, hi=5000),
+            vad_silence_ms=env.int("VAD_SILENCE_MS", 192, lo=50, hi=5000),
             input_frame_ms=int(env.choice("INPUT_FRAME_MS", "20", ("10", "20", "30", "40", "50"))),
             tts_frame_ms=int(env.choice("TTS_FRAME_MS", "20", ("10", "20", "40"))),
             min_endpointing=env.float("MIN_ENDPOINTING", 0.2, lo=0.0, hi=10.0),

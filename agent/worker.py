@@ -25,13 +25,12 @@ from typing import Any
 
 from livekit.agents import AutoSubscribe, JobContext, JobExecutorType, JobProcess, WorkerOptions, cli
 
-# LiveKit plugins must be registered on the main thread: import them (and everything that imports them)
-# here, at module import, never first inside prewarm/entrypoint (which run on job threads).
-from livekit.plugins import silero
-
+# LiveKit plugins must be registered on the main thread: the modules that import them (agent.vad: Silero;
+# agent.voice: the rest) are imported here, at module import, never first inside prewarm/entrypoint (job threads).
 from agent.config import AgentConfig
 from agent.engine_client import LocalBackend, RemoteBackend, TTSBackend
 from agent.local.defaults import RANDOM_WEIGHTS_WARNING, ensure_random_checkpoint
+from agent.vad import load_vad
 from agent.voice import Call, tune_runtime
 
 logger = logging.getLogger("agent.worker")
@@ -71,7 +70,7 @@ def get_backend(cfg: AgentConfig) -> TTSBackend:
 def prewarm(proc: JobProcess) -> None:
     global _tuned
     cfg = worker_config()
-    proc.userdata["vad"] = silero.VAD.load(min_silence_duration=cfg.vad_silence_ms / 1000.0, sample_rate=16_000)
+    proc.userdata["vad"] = load_vad(cfg.vad_silence_ms)
     proc.userdata["backend"] = get_backend(cfg)
     if not cfg.stt_base_url:  # embedded STT: load whisper here, not on a call's event loop (~0.5 s)
         from agent.local.whisper_stt import load_model
@@ -97,7 +96,7 @@ async def entrypoint(ctx: JobContext) -> None:
     vad = ctx.proc.userdata.get("vad")
     backend = ctx.proc.userdata.get("backend") or get_backend(cfg)
     if vad is None:
-        vad = silero.VAD.load(min_silence_duration=cfg.vad_silence_ms / 1000.0, sample_rate=16_000)
+        vad = load_vad(cfg.vad_silence_ms)
     await ctx.connect(auto_subscribe=AutoSubscribe.AUDIO_ONLY)
     call = Call(cfg, vad=vad, backend=backend, session_id=f"{ctx.room.name}-{ctx.job.id[-6:]}")
     with _lock:

@@ -319,9 +319,9 @@ def load_backend(args: argparse.Namespace, out_dir: Path) -> tuple[TTSBackend, A
 
 
 def load_vad(cfg: AgentConfig) -> Any:
-    from livekit.plugins import silero
+    from agent import vad  # imports LiveKit's Silero plugin: only when a call is simulated
 
-    return silero.VAD.load(min_silence_duration=cfg.vad_silence_ms / 1000.0, sample_rate=16_000)
+    return vad.load_vad(cfg.vad_silence_ms)  # as the worker loads it
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from agent.config import AgentConfig
 from agent.tools.callbench.browser import BrowserCall
 from agent.tools.callbench.measure import match_barge_ins, match_turns
 from agent.tools.callbench.speech import RATE, speak
@@ -43,6 +44,7 @@ QUESTIONS = [
     ("Thank you, goodbye.", "thank"),
 ]
 TARGETS = {"overhead_p95_ms": 80.0, "barge_in_p95_ms": 150.0}
+HANGOVER_MS = float(AgentConfig.vad_silence_ms)  # the default: six Silero windows, so page and agent agree
 
 
 def questions_wav(path: Path, turns: int, gap_s: float) -> list[tuple[str, str]]:
@@ -127,7 +129,7 @@ def column_summary(rows: list[dict], key: str) -> dict[str, float | None]:
 
 
 def run(
-    workdir: Path, *, turns: int, gap_s: float, hangover_ms: float = 200.0, text_input: str = "tokens"
+    workdir: Path, *, turns: int, gap_s: float, hangover_ms: float = HANGOVER_MS, text_input: str = "tokens"
 ) -> dict[str, Any]:
     wav = workdir / "questions.wav"
     chosen = questions_wav(wav, turns, gap_s)

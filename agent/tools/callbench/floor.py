@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 from livekit import api, rtc
 
+from agent.config import AgentConfig
 from agent.cut_notice import CutNotice
 from agent.tools.callbench.bench import column_summary, device, receiver_stats, versions
 from agent.tools.callbench.browser import BrowserCall
@@ -44,13 +45,16 @@ TURN_COLUMNS = ("response_ms", "uplink_end_lag_ms", "echo_decision_ms", "publish
 BARGE_COLUMNS = ("onset_to_silence_ms", "onset_to_cut_ms", "cut_to_silence_ms")
 OUT_RATE = 24_000  # the worker's RtcAudioOutput rate, queue and frame size
 OUT_FRAME = OUT_RATE // 50
+HANGOVER_MS = float(AgentConfig.vad_silence_ms)  # the page reads the same value from the token server
 
 
 class EnergyVad:
     """web/stats.js's EnergyVad on 10 ms frames: start after `min_speech_ms` loud, end `hangover_ms` after the
     last loud frame."""
 
-    def __init__(self, threshold_db: float = -50.0, min_speech_ms: float = 60.0, hangover_ms: float = 200.0) -> None:
+    def __init__(
+        self, threshold_db: float = -50.0, min_speech_ms: float = 60.0, hangover_ms: float = HANGOVER_MS
+    ) -> None:
         self.threshold_db, self.min_speech_ms, self.hangover_ms = threshold_db, min_speech_ms, hangover_ms
         self.state, self.onset_t, self.last_voice_t = "silent", 0.0, 0.0
 
@@ -217,7 +221,9 @@ def match(log: list[dict], events: list[dict]) -> tuple[list[dict], list[dict]]:
     return turns, barges
 
 
-def run(workdir: Path, *, cycles: int, gap_s: float = 1.0, reply_s: float = 3.0, hangover_ms: float = 200.0) -> dict:
+def run(
+    workdir: Path, *, cycles: int, gap_s: float = 1.0, reply_s: float = 3.0, hangover_ms: float = HANGOVER_MS
+) -> dict:
     workdir.mkdir(parents=True, exist_ok=True)
     wav = workdir / "phrases.wav"
     phrases_wav(wav, cycles, gap_s)

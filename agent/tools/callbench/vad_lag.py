@@ -4,12 +4,13 @@
 publishes callbench's questions in real time, 10 ms frames straight into WebRTC (no queue), and notes when
 the last voiced frame of each question left (the page's rule: -50 dBFS). A receiver of kind agent takes the
 track with the worker's input settings (`rtc.AudioStream` at 24 kHz in `INPUT_FRAME_MS` = 20 ms frames, as
-LiveKit's room input gives the session) and feeds Silero loaded as the worker loads it (`VAD_SILENCE_MS` =
-200 ms). Per question:
+LiveKit's room input gives the session) and feeds Silero loaded as the worker loads it (`agent.vad.load_vad`,
+`VAD_SILENCE_MS` = 192 ms: six windows). Per question:
 - `uplink_ms`: the last voiced frame sent -> the last voiced frame received (Opus, LiveKit, the receiver's
   jitter buffer);
-- `vad_decision_ms`: the last voiced frame received -> Silero's END_OF_SPEECH, minus the 200 ms hangover:
-  what the VAD model itself takes (its 32 ms windows, its smoothing, its probability decaying on decoded audio);
+- `vad_decision_ms`: the last voiced frame received -> Silero's END_OF_SPEECH, minus the hangover it waits
+  (192 ms): what the VAD model itself takes (its 32 ms windows, its smoothing, its probability decaying on
+  decoded audio);
 - `live_minus_offline_ms`: the same END found by running Silero offline over the recorded received audio,
   mapped to arrival times. ~0 means the live input path (resampling, framing, the executor) adds nothing.
 Writes DIR/vad_lag.json and DIR/vad_lag.md; exit 0 when every question ended a turn. `--questions N` takes the
@@ -29,15 +30,16 @@ from typing import Any
 import numpy as np
 from livekit import api, rtc
 from livekit.agents import vad as agents_vad
-from livekit.plugins import silero
 
+from agent.config import AgentConfig
 from agent.tools.callbench.bench import QUESTIONS, column_summary, device, versions
 from agent.tools.callbench.speech import RATE, speak
 from agent.tools.callbench.stack import LocalStack
+from agent.vad import effective_hangover_ms, load_vad
 
 SEND_FRAME = RATE // 100  # 10 ms, what a browser sends per capture callback
 RECEIVE_RATE, RECEIVE_FRAME_MS = 24_000, 20  # the session's input (agent/voice.py room_options)
-HANGOVER_S = 0.2
+HANGOVER_MS = effective_hangover_ms(AgentConfig.vad_silence_ms)  # what Silero waits, as the worker loads it
 VOICED_DB = -50.0
 COLUMNS = ("uplink_ms", "vad_decision_ms", "live_minus_offline_ms")
 
@@ -46,10 +48,6 @@ def level_db(pcm: np.ndarray) -> float:
     x = pcm.astype(np.float32) / 32768.0
     rms = float(np.sqrt(np.mean(x * x))) if x.size else 0.0
     return 20.0 * np.log10(rms) if rms > 0 else -np.inf
-
-
-def load_vad() -> silero.VAD:
-    return silero.VAD.load(min_silence_duration=HANGOVER_S, sample_rate=16_000)  # as agent/worker.py
 
 
 async def vad_ends(stream: agents_vad.VADStream, out: list[float], clock: Any) -> None:
@@ -90,7 +88,7 @@ class Receiver:
         room.on("track_subscribed", lambda track, *_: subscribed.done() or subscribed.set_result(track))
         await room.connect(url, token)
         track = await subscribed
-        vad_stream = load_vad().stream()
+        vad_stream = load_vad(AgentConfig.vad_silence_ms).stream()
         ends_task = asyncio.ensure_future(vad_ends(vad_stream, self.ends, lambda _ev: time.time() * 1000.0))
         audio = rtc.AudioStream(track, sample_rate=RECEIVE_RATE, num_channels=1, frame_size_ms=RECEIVE_FRAME_MS)
         async for ev in audio:
@@ -117,7 +115,7 @@ class Receiver:
             k = int(np.searchsorted(edges, ev.timestamp * RECEIVE_RATE))
             return arrivals[min(k, len(arrivals) - 1)]
 
-        stream, ends = load_vad().stream(), []
+        stream, ends = load_vad(AgentConfig.vad_silence_ms).stream(), []
         task = asyncio.ensure_future(vad_ends(stream, ends, arrival))
         n = RECEIVE_RATE * RECEIVE_FRAME_MS // 1000
         for i in range(0, len(audio) - n + 1, n):
@@ -162,7 +160,7 @@ async def measure(stack: LocalStack, count: int, gap_s: float) -> list[dict[str,
         twin = min(offline, key=lambda t: abs(t - end)) if end is not None and offline else None
         rows.append({
             "uplink_ms": arrived[-1] - sent[-1] if arrived else None,
-            "vad_decision_ms": end - arrived[-1] - HANGOVER_S * 1000.0 if arrived and end is not None else None,
+            "vad_decision_ms": end - arrived[-1] - HANGOVER_MS if arrived and end is not None else None,
             "live_minus_offline_ms": None if twin is None else end - twin,
         })  # fmt: skip
     return rows
@@ -181,7 +179,7 @@ def run(workdir: Path, *, questions: int = len(QUESTIONS), gap_s: float = 2.0) -
         "versions": versions(),
         "command": " ".join(["python -m agent.tools.callbench.vad_lag", *sys.argv[1:]]),
         "config": {"questions": questions, "receive_rate": RECEIVE_RATE, "receive_frame_ms": RECEIVE_FRAME_MS,
-                   "hangover_ms": HANGOVER_S * 1000.0, "voiced_dbfs": VOICED_DB},  # fmt: skip
+                   "hangover_ms": HANGOVER_MS, "voiced_dbfs": VOICED_DB},  # fmt: skip
         "summary": {k: column_summary(rows, k) for k in COLUMNS},
         "rows": rows,
     }
@@ -192,7 +190,8 @@ def markdown(report: dict[str, Any]) -> str:
              "| per question (ms) | n | P50 | P95 |", "|---|---|---|---|"]  # fmt: skip
     lines += [f"| {k} | {s['n']} | {s['p50']} | {s['p95']} |" for k, s in report["summary"].items()]
     lines += ["", "uplink = last voiced frame sent -> received (SDK to SDK through LiveKit); vad_decision = last "
-              "voiced frame received -> Silero's end of speech, minus the 200 ms hangover; live_minus_offline = the "
+              "voiced frame received -> Silero's end of speech, minus the hangover Silero waits ("
+              f"{HANGOVER_MS:.0f} ms); live_minus_offline = the "
               "live end against Silero run offline over the received audio (~0: the live input path adds nothing)."]
     return "\n".join(lines) + "\n"
 
