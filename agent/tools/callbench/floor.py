@@ -115,6 +115,16 @@ class EchoAgent:
         self._reply: asyncio.Task | None = None
         self._inflight: asyncio.Future | None = None  # the source finishes a capture even if its caller is cut
         self.notice: CutNotice | None = None
+        self.participant: rtc.LocalParticipant | None = None
+        self._state_tasks: set[asyncio.Task] = set()
+
+    def _set_state(self, state: str) -> None:
+        """The agent state the worker's session publishes: the page's playback gate, closed by a cut, opens
+        again when the agent is "speaking" (else only after 1.5 s, which the floor would measure instead)."""
+        if self.participant is not None:
+            task = asyncio.ensure_future(self.participant.set_attributes({"lk.agent.state": state}))
+            self._state_tasks.add(task)
+            task.add_done_callback(self._state_tasks.discard)
 
     async def _capture(self, data: bytes) -> None:
         assert self.source is not None
@@ -126,8 +136,10 @@ class EchoAgent:
     async def _speak(self) -> None:
         for i, data in enumerate(self.reply_frames):
             if i == 0:
+                self._set_state("speaking")
                 self.events.append({"type": "published", "at_ms": time.time() * 1000.0})
             await self._capture(data)
+        self._set_state("listening")
 
     async def _silence_tail(self) -> None:
         """What the worker sends after a cut (RtcAudioOutput.cut_silence_ms): 60 ms of digital silence, so the
@@ -141,6 +153,7 @@ class EchoAgent:
             self._reply.cancel()  # type: ignore[union-attr]
             self.source.clear_queue()  # type: ignore[union-attr]
             self.events.append({"type": "cut", "at_ms": now_ms})
+            self._set_state("listening")
             asyncio.ensure_future(self._silence_tail())
             if self.notice is not None:
                 self.notice(None)  # as the worker does: the page's playback gate closes when it arrives
@@ -171,6 +184,7 @@ class EchoAgent:
         self.source = rtc.AudioSource(OUT_RATE, 1, queue_size_ms=100)
         await room.connect(self.url, self.token)
         self.notice = CutNotice(room.local_participant)
+        self.participant = room.local_participant
         track = rtc.LocalAudioTrack.create_audio_track("echo-voice", self.source)
         await room.local_participant.publish_track(
             track, rtc.TrackPublishOptions(source=rtc.TrackSource.SOURCE_MICROPHONE)
