@@ -22,11 +22,21 @@ const $ = (id) => document.getElementById(id);
 
 class UserFacingError extends Error {}
 
+// `?audio_latency=interactive|balanced|playback` trades the agent's playback delay for fewer dropouts on a slow
+// device; by default the page's audio context asks for the smallest output buffer (web/audio.js says why).
+function audioLatencyHint() {
+  const asked = new URLSearchParams(location.search).get("audio_latency");
+  if (asked === null) return 0;
+  if (["interactive", "balanced", "playback"].includes(asked)) return asked;
+  console.warn(`audio_latency=${asked} is not one of interactive, balanced, playback; using the smallest buffer`);
+  return 0;
+}
+
 const call = {
   config: null,
   room: null,
   micTrack: null,
-  meters: new LevelMeters(),
+  meters: new LevelMeters({ latencyHint: audioLatencyHint() }),
   watchers: new Map(), // track sid or "mic" -> stop()
   leaving: false,
   tracker: null,
@@ -254,7 +264,7 @@ async function join(event) {
   try {
     await call.meters.start();
     call.micTrack = await openMic();
-    call.watchers.set("mic", call.meters.watch(call.micTrack.mediaStreamTrack, onMicLevel));
+    call.watchers.set("mic", call.meters.watchCapture(call.micTrack.mediaStreamTrack, onMicLevel));
     const grant = await fetchToken();
     call.grant = { url: grant.url, room: grant.room, identity: grant.identity, expires_at: grant.expires_at };
     $("room-input").value = grant.room;

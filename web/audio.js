@@ -6,6 +6,17 @@
 // track, so local and remote events can be subtracted. `meters.watchNode(audioNode, onLevel)` does the same
 // for a node already in the context (the agent's playback gate: what the person hears). Both return a
 // function that stops watching. The analysis path never reaches the speakers: the worklet outputs silence.
+// Every tMs is on one scale: the context time that `unixOffsetMs()` maps to the moment the sound is heard.
+// A played track is metered when the context renders it, which is exactly that. A local capture is not
+// played: `meters.watchCapture(micTrack, onLevel)` stamps its levels when the sound was made, the render time
+// less the context's lead over the speakers and the capture latency (headless Chromium: 40 + 10 ms with
+// latencyHint "interactive", 12 + 10 ms with 0; metered like a played track, the user's words would count as
+// said that late).
+//
+// The context asks for the smallest output buffer the device allows (`latencyHint: 0`): with "interactive",
+// headless Chromium renders 40 ms ahead of the speakers, with 0 about 12, and the agent's voice (played
+// through this context: livekit-client's webAudioMix) is heard ~30 ms sooner. A device that crackles with it
+// can take `new LevelMeters({ latencyHint: "interactive" })`; the page passes `?audio_latency=interactive`.
 //
 // PlaybackGate: a GainNode in the agent's playback path (a livekit-client web-audio plugin). `close()` ramps it
 // to 0 within `rampMs`: the agent cut its reply (agent/cut_notice.py), and what WebRTC still delivers of it
@@ -13,15 +24,16 @@
 // gate also opens by itself after `maxClosedMs`, so a lost "speaking" state can never mute the agent for good.
 
 export class LevelMeters {
-  constructor({ windowMs = 10 } = {}) {
+  constructor({ windowMs = 10, latencyHint = 0 } = {}) {
     this.windowMs = windowMs;
+    this.latencyHint = latencyHint;
     this.ctx = null;
     this.loading = null;
   }
 
   async start() {
     if (!this.ctx) {
-      this.ctx = new AudioContext({ latencyHint: "interactive" });
+      this.ctx = new AudioContext({ latencyHint: this.latencyHint });
       this.loading = this.ctx.audioWorklet.addModule(new URL("./level-worklet.js", import.meta.url));
     }
     await this.loading;
@@ -40,6 +52,16 @@ export class LevelMeters {
     const ts = this.ctx.getOutputTimestamp?.();
     if (ts && ts.performanceTime > 0) return performance.timeOrigin + ts.performanceTime - ts.contextTime * 1000;
     return performance.timeOrigin + performance.now() - this.ctx.currentTime * 1000;
+  }
+
+  // How far the context renders ahead of what is heard (ms): its own buffer and the output device's.
+  renderLeadMs() {
+    return this.ctx ? ((this.ctx.baseLatency || 0) + (this.ctx.outputLatency || 0)) * 1000 : 0;
+  }
+
+  watchCapture(mediaStreamTrack, onLevel) {
+    const captureMs = (mediaStreamTrack.getSettings?.().latency ?? 0) * 1000;
+    return this.watch(mediaStreamTrack, (db, t) => onLevel(db, t - this.renderLeadMs() - captureMs));
   }
 
   watch(mediaStreamTrack, onLevel) {

@@ -115,6 +115,59 @@ def test_microphone_level_feeds_the_vad(page, live_server) -> None:
     assert max(dbs) > -40  # the beep is loud
 
 
+def test_microphone_levels_are_stamped_when_spoken_not_when_heard(page, live_server) -> None:
+    """A sound cannot be made after the page measured it. Metered like a played track, the microphone's levels
+    map to the moment they would be heard, tens of ms after they reached the page: every user end of speech
+    and barge-in onset counted that late, and response times that much short. watchCapture stamps them at
+    capture, before they arrive."""
+    page.goto(live_server.base_url + "/")
+    page.locator("#server-info").filter(has_text="LiveKit").wait_for()
+    result = page.evaluate(
+        """async () => {
+        const { LevelMeters } = await import('/audio.js');
+        const meters = new LevelMeters();
+        await meters.start();
+        const stream = await navigator.mediaDevices.getUserMedia({ audio: true });
+        const track = stream.getAudioTracks()[0];
+        const ahead = { played: [], captured: [] };  // stamp (Unix ms) minus when the page received it
+        const stamp = (kind) => (db, t) =>
+          ahead[kind].push(meters.unixOffsetMs() + t - (performance.timeOrigin + performance.now()));
+        const stops = [meters.watch(track, stamp('played')), meters.watchCapture(track, stamp('captured'))];
+        await new Promise((r) => setTimeout(r, 1500));
+        stops.forEach((stop) => stop());
+        track.stop();
+        return { ahead, leadMs: meters.renderLeadMs(), captureMs: (track.getSettings().latency ?? 0) * 1000 };
+    }"""
+    )
+    played, captured = (sorted(result["ahead"][k][20:]) for k in ("played", "captured"))  # after warm-up
+    assert len(captured) > 50, result
+    print({"lead_ms": result["leadMs"], "capture_ms": result["captureMs"], "played_p50": played[len(played) // 2]})
+    assert result["leadMs"] > 0, result
+    assert captured[-1] <= 1.0, captured[-10:]  # never stamped after it arrived (1 ms: clock mapping rounding)
+    assert played[len(played) // 2] > 5.0, played  # the bias this removes: "heard" is later than "arrived"
+
+
+def test_audio_context_asks_for_the_smallest_output_buffer(page, live_server) -> None:
+    """The agent plays through the page's audio context: by default it renders as little ahead as the device
+    allows; ?audio_latency= picks a safer buffer, and a value that is none of them is named in a warning."""
+    warnings: list[str] = []
+    page.on("console", lambda msg: warnings.append(msg.text) if msg.type == "warning" else None)
+    leads = {}
+    for query in ("", "?audio_latency=interactive", "?audio_latency=fast"):
+        page.goto(live_server.base_url + "/" + query)
+        page.locator("#server-info").filter(has_text="LiveKit").wait_for()
+        leads[query] = page.evaluate(
+            """async () => { const m = window.voiceCall.meters; await m.start();
+               return { hint: m.latencyHint, leadMs: m.renderLeadMs() }; }"""
+        )
+    print(leads)
+    assert leads[""]["hint"] == 0 and leads["?audio_latency=interactive"]["hint"] == "interactive", leads
+    assert leads[""]["leadMs"] < leads["?audio_latency=interactive"]["leadMs"], leads
+    assert leads["?audio_latency=fast"]["hint"] == 0, leads
+    assert any("audio_latency=fast is not one of interactive" in w for w in warnings), warnings
+    assert page.problems == []
+
+
 def test_stats_table_shows_p50_p95_of_injected_events(page, live_server, tmp_path: Path) -> None:
     page.goto(live_server.base_url + "/")
     page.locator("#server-info").filter(has_text="LiveKit").wait_for()
