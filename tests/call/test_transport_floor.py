@@ -19,6 +19,7 @@ def test_floor_measures_turns_and_barge_ins(tmp_path: Path) -> None:
     assert floor.main(["--cycles", "3", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "floor.json").read_text())
     assert report["counts"]["turns_heard"] == 3 and report["counts"]["page_problems"] == []
+    assert report["counts"]["page_agent_state"] in floor.ECHO_STATES, report["counts"]  # the echo's state reached it
     for row in report["rows"]["turns"]:
         assert all(row[k] is not None for k in ("uplink_end_lag_ms", "echo_decision_ms", "publish_to_heard_ms")), row
         assert row["echo_decision_ms"] < 100.0, row  # the echo answers at its own end of speech, no model between

@@ -45,6 +45,7 @@ TURN_COLUMNS = ("response_ms", "uplink_end_lag_ms", "echo_decision_ms", "publish
 BARGE_COLUMNS = ("onset_to_silence_ms", "onset_to_cut_ms", "cut_to_silence_ms")
 OUT_RATE = 24_000  # the worker's RtcAudioOutput rate, queue and frame size
 OUT_FRAME = OUT_RATE // 50
+ECHO_STATES = ("speaking", "listening")  # what the echo publishes as lk.agent.state, as the worker's session does
 HANGOVER_MS = float(AgentConfig.vad_silence_ms)  # the page reads the same value from the token server
 
 
@@ -248,7 +249,7 @@ def run(
         api.AccessToken(stack.env["LIVEKIT_API_KEY"], stack.env["LIVEKIT_API_SECRET"])
         .with_identity("echo-agent")
         .with_kind("agent")
-        .with_grants(api.VideoGrants(room_join=True, room=room))
+        .with_grants(api.VideoGrants(room_join=True, room=room, can_update_own_metadata=True))  # its agent state
         .to_jwt()
     )
     echo = EchoAgent(stack.livekit_url, token, hangover_ms=hangover_ms, reply_s=reply_s)
@@ -278,7 +279,8 @@ def run(
         "versions": versions(),
         "command": " ".join(["python -m agent.tools.callbench.floor", *sys.argv[1:]]),
         "config": {"cycles": cycles, "gap_s": gap_s, "reply_s": reply_s, "vad_hangover_ms": hangover_ms},
-        "counts": {"turns_heard": len(turns), "barge_ins_heard": len(barges), "page_problems": problems},
+        "counts": {"turns_heard": len(turns), "barge_ins_heard": len(barges), "page_problems": problems,
+                   "page_agent_state": snap["agentState"]},  # fmt: skip
         "turns": {k: column_summary(turns, k) for k in TURN_COLUMNS},
         "barge_in": {k: column_summary(barges, k) for k in BARGE_COLUMNS},
         "receiver": receiver_stats(snap["inbound"]),
@@ -315,7 +317,9 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "floor.json").write_text(json.dumps(report, indent=2) + "\n")
     (args.out / "floor.md").write_text(markdown(report))
     print(markdown(report))
-    return 0 if report["counts"]["turns_heard"] >= args.cycles else 1
+    counts = report["counts"]
+    # the page saw the echo's state: else its playback gate, closed by each cut, reopens only after 1.5 s
+    return 0 if counts["turns_heard"] >= args.cycles and counts["page_agent_state"] in ECHO_STATES else 1
 
 
 if __name__ == "__main__":
