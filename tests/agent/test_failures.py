@@ -56,7 +56,8 @@ async def test_agent_recovers(stage: str, fault: str, sim_backend: Any, tmp_path
     failing = [first, second] if fault == "down" else [first]
     for trace in failing:
         assert len(trace["errors"]) == 1 and trace["errors"][0].startswith(f"{stage}:"), trace["errors"]
-        assert trace["outcome"] == "error", {k: trace.get(k) for k in ("turn_index", "interruptions", "points")}
+        cut_by = [(irq.get("source"), irq.get("interrupt_detected")) for irq in trace.get("interruptions", [])]
+        assert trace["outcome"] == "error", f"turn {trace['turn_index']} cut by {cut_by}, points {trace['points']}"
         assert "first_frame_published" in trace["points"], "no apology was spoken"
         ours = [r for r in caplog.records if r.name.startswith("agent") and trace["turn_id"] in r.getMessage()]
         assert len(ours) == 1, [r.getMessage() for r in ours]
