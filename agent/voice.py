@@ -300,8 +300,9 @@ class Call:
             ),
         )
         self.session.on("speech_created", self._on_speech_created)
+        self.session.on("user_state_changed", self._on_user_state)
         self._tap_empty_transcripts(self.stt)
-        self._apology_pending = False
+        self._apology_pending = self._apology_owed = False
 
     # -- wiring ------------------------------------------------------------------------------
     def _on_speech_created(self, ev: Any) -> None:
@@ -363,7 +364,19 @@ class Call:
         if self._apology_pending:
             return
         self._apology_pending = True
+        if self.session.user_state == "speaking":
+            # the session's own VAD lags the STT's (under CPU load) and would cut an apology said now, before its
+            # first frame, with the failed turn's hangover inferences: say it once that VAD ends the speech too
+            self._apology_owed = True
+            return
+        self._speak_apology()
 
+    def _on_user_state(self, ev: Any) -> None:
+        if self._apology_owed and ev.new_state != "speaking":
+            self._apology_owed = False
+            self._speak_apology()
+
+    def _speak_apology(self) -> None:
         def done(_: Any) -> None:
             self._apology_pending = False
 

@@ -4,11 +4,13 @@ once with the turn id, record it in the trace, and answer normally once the endp
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import socket
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,6 +19,8 @@ from agent.config import AgentConfig
 from agent.duplex import State
 from agent.tools.fake_openai import FakeOpenAIServer
 from agent.tools.simulate import SimOptions, load_vad, run_call
+from agent.voice import Call
+from tests.agent.duplex_harness import EnergyVAD, ScriptedBackend, fast_config
 
 pytestmark = pytest.mark.skipif(
     subprocess.run(["which", "espeak-ng"], capture_output=True).returncode != 0, reason="needs espeak-ng"
@@ -66,3 +70,37 @@ async def test_agent_recovers(stage: str, fault: str, sim_backend: Any, tmp_path
     assert result.illegal_transitions == 0
     assert all(t.frames > 0 for t in result.turns)
     assert result.final_state == State.LISTENING.value
+
+
+class _SaySpy:
+    """Stands in for the session's `say` and `user_state` (the two things the apology reads)."""
+
+    def __init__(self, user_state: str) -> None:
+        self.user_state, self.said = user_state, []
+
+    def say(self, text: str, **kwargs: Any) -> Any:
+        self.said.append(text)
+        return asyncio.get_running_loop().create_future()  # a speech handle that has not played yet
+
+
+async def test_the_apology_waits_for_the_sessions_own_vad_to_end_the_turn() -> None:
+    """The STT's VAD (whose end of speech opened the failed turn) and the session's VAD run apart and drift under
+    load. An apology said while the session's VAD still hears the turn was cut by that VAD's next hangover
+    inference before its first frame (CI: outcome 'interrupted', nothing spoken). It is said once that VAD ends
+    the speech too, and only once."""
+    call = Call(fast_config("http://127.0.0.1:9/v1"), vad=EnergyVAD(), backend=ScriptedBackend(), traces_dir=None)
+    real_session, call.session = call.session, _SaySpy("speaking")  # type: ignore[assignment]
+    try:
+        call._stt_failed(RuntimeError("down"))
+        call._stt_failed(RuntimeError("down again"))  # a second failure meanwhile owes no second apology
+        assert call.session.said == [] and call.apology_pending
+        call._on_user_state(SimpleNamespace(old_state="speaking", new_state="listening"))
+        call._on_user_state(SimpleNamespace(old_state="listening", new_state="speaking"))
+        assert call.session.said == [call.cfg.apology_text]
+        spy = _SaySpy("listening")  # the usual order: the session's VAD ended first, so it is said at once
+        call.session, call._apology_pending = spy, False  # type: ignore[assignment]
+        call._stt_failed(RuntimeError("down"))
+        assert spy.said == [call.cfg.apology_text]
+    finally:
+        call.session = real_session
+        await call.aclose()
