@@ -8,13 +8,15 @@ to start, the same hangover to end) on the audio it receives, answers each end o
 sentence (over a quiet noise bed, so that it never pauses, like the worker's voice: `gapless_reply`) published
 the way the worker publishes (24 kHz `rtc.AudioSource`, 100 ms queue, 20 ms frames), and on a new onset while
 it speaks clears its queue, sends 60 ms of silence and a cut notice to the page (the worker's barge-in cut).
-No model, no VAD model, no framework.
+It publishes its agent state (`lk.agent.state` speaking / listening) as the worker's session does: the page's
+playback gate, closed by a cut, opens on "speaking". No model, no VAD model, no framework.
 
 So the browser's `response` here is pure transport + WebRTC buffering + the browser's playout: the floor
 under callbench's `overhead` (which is the same browser figure minus model times), and its barge-in
 decision -> silence is the floor under callbench's. Per turn it is split at the echo's own clock: uplink
 (the browser's end of speech -> the echo's, same VAD rules on both ends) and downlink (first answer frame into
-the AudioSource -> heard). Writes DIR/floor.json and DIR/floor.md; exit 0 when every cycle was measured.
+the AudioSource -> heard). Writes DIR/floor.json and DIR/floor.md; exit 0 when every cycle was measured and
+the page saw the echo's state.
 """
 
 from __future__ import annotations
