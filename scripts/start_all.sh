@@ -25,6 +25,8 @@
 #   <SVC>_HEALTH_URL       URL that must answer 2xx (defaults: $LLM_BASE_URL/models, :$TTS_PORT/healthz,
 #                          :$TOKEN_SERVER_PORT/healthz, :$AGENT_HTTP_PORT/ = the worker's own health server)
 #   <SVC>_START_TIMEOUT    seconds to wait for health (llm 900, tts 300, token 30, agent 180)
+#   AGENT_READY_LINE       the agent is up once its health URL answers AND its log has this line (default
+#                          "registered worker": registered with LiveKit, so a new room gets it); empty: URL only
 #   STOP_TIMEOUT (20), HEALTH_TIMEOUT per probe (3), RUN_DIR (run), LOG_DIR (logs), PYTHON (.venv/bin/python)
 #   KEEP_ON_FAILURE=1      leave already-started services running when a later one fails
 # Exit status: 0 ok; 1 a start/stop failed; 2 usage; 3 status found an enabled service down or unhealthy.
@@ -208,6 +210,22 @@ prepare_livekit() {  # the binary exists and the key pair from .env is in a priv
   (umask 077 && printf '%s: %s\n' "$LIVEKIT_API_KEY" "$LIVEKIT_API_SECRET" >"$RUN_DIR/livekit-keys.yaml")
 }
 
+# A service whose health URL answers before it can serve. The agent worker's HTTP server is up seconds before
+# the worker has registered with LiveKit (prewarm loads the engine first), and a room created in between gets no
+# agent: LiveKit dispatches once, when the room is created ("no worker is available" in its log).
+AGENT_READY_LINE=${AGENT_READY_LINE-registered worker}
+svc_ready() {
+  case $1 in
+    agent) [ -z "$AGENT_READY_LINE" ] || grep -qF -- "$AGENT_READY_LINE" "$2" ;;
+    *) return 0 ;;
+  esac
+}
+svc_ready_note() {
+  [ "$1" = agent ] && [ -n "$AGENT_READY_LINE" ] || return 0
+  if [ "${2:-}" = missing ]; then printf "; its log has no '%s' line yet" "$AGENT_READY_LINE"
+  else printf ', registered with LiveKit'; fi
+}
+
 start_one() {
   local svc=$1 pid rc=0 url timeout cmd log deadline code ticks
   pid=$(recorded_pid "$svc") || rc=$?
@@ -248,12 +266,12 @@ start_one() {
       rm -f "$(pid_file "$svc")"
       return 1
     fi
-    if code=$(probe "$url"); then
-      say "$svc: up (pid $pid, $url -> HTTP $code)"
+    if code=$(probe "$url") && svc_ready "$svc" "$log"; then
+      say "$svc: up (pid $pid, $url -> HTTP $code$(svc_ready_note "$svc"))"
       return 0
     fi
     if ((SECONDS >= deadline)); then
-      err "$svc: not healthy after ${timeout}s ($url -> HTTP $code)"
+      err "$svc: not healthy after ${timeout}s ($url -> HTTP $code$(svc_ready_note "$svc" missing))"
       err "$svc: hint: $(svc_hint "$svc"); raise ${svc^^}_START_TIMEOUT if it is only slow"
       log_tail "$svc"
       return 1

@@ -152,6 +152,7 @@ def test_start_status_stop_leaves_no_process(ops_env: dict[str, str], tiny_check
             TTS_DEEP_STREAM_MODEL_DIR=str(tiny_checkpoint),
             TTS_DEEP_STREAM_DEVICE="cpu",
             AGENT_START_TIMEOUT="120",
+            AGENT_READY_LINE="",  # it cannot register here; test_the_agent_is_up_once_registered covers that
         )
         expected.append("agent")
 
@@ -251,3 +252,37 @@ def test_demo_fails_fast_naming_what_is_missing(ops_env: dict[str, str], tmp_pat
     assert "[default:" not in result.stdout  # every part was configured: no embedded default stands in
     assert "preflight found something missing" in result.stderr
     assert not list(Path(env["RUN_DIR"]).glob("*.pid"))  # nothing was started
+
+
+# a stand-in worker: its health server answers at once, it "registers" (the line LiveKit Agents logs) after 1.5 s
+_SLOW_WORKER = """
+import http.server, sys, threading, time
+server = http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), http.server.SimpleHTTPRequestHandler)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+time.sleep(1.5)
+if sys.argv[2] == "register":
+    print('{"message": "registered worker", "agent_name": "voice-agent"}', flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("registers", [True, False])
+def test_the_agent_is_up_once_registered(ops_env: dict[str, str], tmp_path: Path, registers: bool) -> None:
+    """The worker's health server answers seconds before it has registered with LiveKit, and a room created in
+    between never gets an agent (LiveKit dispatches once, at creation). start_all waits for the registration."""
+    script, port = tmp_path / "worker.py", _free_port()
+    script.write_text(_SLOW_WORKER)
+    env = dict(ops_env, TOKEN_SERVER="0", AGENT="1", AGENT_HTTP_PORT=str(port), AGENT_START_TIMEOUT="6",
+               AGENT_CMD=f"{sys.executable} {script} {port} {'register' if registers else 'stay'}")
+    t0 = time.monotonic()
+    try:
+        result = _run(env, "start", timeout=60)
+        if registers:
+            assert result.returncode == 0, result.stderr
+            assert "agent: up" in result.stdout and "registered with LiveKit" in result.stdout, result.stdout
+            assert time.monotonic() - t0 >= 1.5  # not at the health answer
+        else:
+            assert result.returncode == 1
+            assert "not healthy after 6s" in result.stderr and "no 'registered worker' line yet" in result.stderr
+    finally:
+        _run(env, "stop", timeout=60)
