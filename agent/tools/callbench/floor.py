@@ -34,9 +34,8 @@ from typing import Any
 import numpy as np
 from livekit import api, rtc
 
-from agent.config import AgentConfig
 from agent.cut_notice import CutNotice
-from agent.tools.callbench.bench import column_summary, device, receiver_stats, versions
+from agent.tools.callbench.bench import HANGOVER_MS, column_summary, device, receiver_stats, versions
 from agent.tools.callbench.browser import BrowserCall
 from agent.tools.callbench.speech import RATE, speak
 from agent.tools.callbench.stack import LocalStack
@@ -48,7 +47,6 @@ BARGE_COLUMNS = ("onset_to_silence_ms", "onset_to_cut_ms", "cut_to_silence_ms")
 OUT_RATE = 24_000  # the worker's RtcAudioOutput rate, queue and frame size
 OUT_FRAME = OUT_RATE // 50
 ECHO_STATES = ("speaking", "listening")  # what the echo publishes as lk.agent.state, as the worker's session does
-HANGOVER_MS = float(AgentConfig.vad_silence_ms)  # the page reads the same value from the token server
 
 
 class EnergyVad:
