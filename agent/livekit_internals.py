@@ -1,4 +1,4 @@
-"""Every read of private LiveKit state in the agent, in one place (issue 18).
+"""Every use of private LiveKit state in the agent, in one place (issue 18).
 
 Written for livekit-agents 1.8.9 (`WRITTEN_FOR`; pyproject.toml pins `livekit-agents==1.8.9`), which has
 no public equivalent for these three reads (agent/voice.py's docstring says what each is for):
@@ -19,6 +19,15 @@ When a name is missing (a LiveKit upgrade renamed it), each function logs once a
 and `add_done_callback` still end every reply), no source (the trace says "interrupted"). So the call keeps
 working, only less precisely. `missing_internals()` lists the absent names without warning, for the test
 (tests/agent/test_livekit_internals.py) that fails loudly on an upgrade, and for anyone checking one.
+
+One fix, `close_runners_cancelled_in_prewarm()` (`agent.worker.build_options` applies it): with the THREAD executor,
+closing the worker while a runner is still in prewarm (the pool starts a replacement each time a call takes
+the idle one, and prewarm loads Silero and Whisper, seconds on a busy CPU) hangs forever. The pool cancels
+`ThreadJobExecutor.initialize()`, which leaves the executor's private `_initialize_fut` unresolved; the
+executor's main task waits on it before it reads the runner's channel, so `aclose()` never sees the
+runner's shutdown ack ("job did not ack shutdown in time", then an unbounded wait). The fix resolves that
+future when `initialize()` is cancelled; the runner finishes prewarm, reads the queued shutdown request and
+exits, and `aclose()` returns. Where the name is gone, the fix is skipped with a warning.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ WRITTEN_FOR = "1.8.9"
 CONTEXT_VAR = "livekit.agents.voice.agent_activity._SpeechHandleContextVar"
 INTERRUPT_FUT = "SpeechHandle._interrupt_fut"
 INTERRUPT_SOURCE = "SpeechHandle._interrupt_source"
+RUNNER_INIT_FUT = "ThreadJobExecutor._initialize_fut"
 
 _MISSING = object()
 _warned: set[str] = set()
@@ -119,4 +129,35 @@ def missing_internals() -> list[str]:
         missing.append(INTERRUPT_FUT)
     if getattr(handle, "_interrupt_source", _MISSING) is _MISSING:
         missing.append(INTERRUPT_SOURCE)
+    from livekit.agents.ipc.job_thread_executor import ThreadJobExecutor
+
+    if "_initialize_fut" not in ThreadJobExecutor.__init__.__code__.co_names:
+        missing.append(RUNNER_INIT_FUT)
     return missing
+
+
+def close_runners_cancelled_in_prewarm() -> bool:
+    """Make a THREAD runner whose `initialize()` was cancelled closable (see the module docstring).
+
+    Idempotent; True once the fix is in place, False (with a warning) where the executor has changed."""
+    from livekit.agents.ipc.job_thread_executor import ThreadJobExecutor
+
+    initialize = ThreadJobExecutor.initialize
+    if getattr(initialize, "_settles_when_cancelled", False):
+        return True
+    if "_initialize_fut" not in ThreadJobExecutor.__init__.__code__.co_names:
+        _warn_once(RUNNER_INIT_FUT)
+        return False
+
+    async def initialize_settling_when_cancelled(self: ThreadJobExecutor) -> None:
+        try:
+            await initialize(self)
+        except asyncio.CancelledError:
+            fut: asyncio.Future[None] = self._initialize_fut
+            if not fut.done():  # the main task awaits it before it reads the runner's shutdown ack
+                fut.set_exception(RuntimeError("runner initialization cancelled"))
+            raise
+
+    initialize_settling_when_cancelled._settles_when_cancelled = True  # type: ignore[attr-defined]
+    ThreadJobExecutor.initialize = initialize_settling_when_cancelled  # type: ignore[method-assign]
+    return True

@@ -27,6 +27,7 @@ from livekit.agents import AutoSubscribe, JobContext, JobExecutorType, JobProces
 
 # LiveKit plugins must be registered on the main thread: the modules that import them (agent.vad: Silero;
 # agent.voice: the rest) are imported here, at module import, never first inside prewarm/entrypoint (job threads).
+from agent import livekit_internals
 from agent.config import AgentConfig
 from agent.engine_client import LocalBackend, RemoteBackend, TTSBackend
 from agent.local.defaults import RANDOM_WEIGHTS_WARNING, ensure_random_checkpoint
@@ -133,6 +134,7 @@ def voice_attributes(cfg: AgentConfig) -> dict[str, str]:
 
 
 def build_options(cfg: AgentConfig) -> WorkerOptions:
+    livekit_internals.close_runners_cancelled_in_prewarm()  # else stopping during a runner's prewarm hangs
     return WorkerOptions(
         entrypoint_fnc=entrypoint,
         prewarm_fnc=prewarm,

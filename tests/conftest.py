@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+_exit_status: list[int] = []
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _exit_status.append(int(exitstatus))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """End the run even if a test left a non-daemon thread running (e.g. a LiveKit job runner after a hang):
+    the interpreter would wait for it forever and CI would report a timeout instead of the failure."""
+    left = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    for thread in left:
+        thread.join(timeout=5)
+    left = [t for t in left if t.is_alive()]
+    if left and _exit_status:
+        names = ", ".join(sorted(t.name for t in left))
+        print(f"\npytest: threads still running after the session, exiting anyway: {names}", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_exit_status[0])
 
 
 @pytest.fixture(scope="session")

@@ -103,3 +103,45 @@ async def test_inside_a_real_speech(monkeypatch: pytest.MonkeyPatch, kind: str, 
     assert isinstance(last, SpeechHandle) and not last.interrupted and last_fut is not None and not last_fut.done()
     assert lk.interrupt_source(last) is None
     assert {h.id for h in in_nodes} >= {cut.id, last.id}
+
+
+async def test_a_runner_cancelled_in_prewarm_still_closes() -> None:
+    """The pool cancels a runner's initialize() when the worker closes during its prewarm; aclose() must then
+    return once prewarm ends (livekit-agents 1.8.9 without the fix waits forever, the CI hang of 2026-11-27)."""
+    import threading
+
+    from livekit.agents.ipc.job_thread_executor import ThreadJobExecutor
+
+    assert lk.close_runners_cancelled_in_prewarm() and lk.close_runners_cancelled_in_prewarm()  # idempotent
+    in_prewarm, release = threading.Event(), threading.Event()
+
+    def slow_prewarm(_proc: Any) -> None:
+        in_prewarm.set()
+        release.wait(10)
+
+    async def entrypoint(_ctx: Any) -> None:  # never called: no job is launched
+        raise AssertionError("no job was launched")
+
+    runner = ThreadJobExecutor(
+        initialize_process_fnc=slow_prewarm,
+        job_entrypoint_fnc=entrypoint,
+        session_end_fnc=None,
+        simulation_end_fnc=None,
+        inference_executor=None,
+        initialize_timeout=30.0,
+        close_timeout=1.0,
+        session_end_timeout=1.0,
+        ping_interval=2.5,
+        high_ping_threshold=0.5,
+        http_proxy=None,
+        loop=asyncio.get_running_loop(),
+    )
+    await runner.start()
+    init = asyncio.create_task(runner.initialize())
+    assert await asyncio.to_thread(in_prewarm.wait, 10), "prewarm never started"
+    init.cancel()  # what ProcPool does to its spawn tasks on close
+    with pytest.raises(asyncio.CancelledError):
+        await init
+    release.set()  # prewarm ends; the runner then reads the queued shutdown request
+    await asyncio.wait_for(runner.aclose(), timeout=15)
+    await asyncio.wait_for(runner.join(), timeout=5)
