@@ -6,6 +6,7 @@ import dataclasses
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -37,20 +38,28 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _exit_status.append(int(exitstatus))
 
 
+EXIT_GRACE_S = 60.0
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """End the run even if a test left a non-daemon thread running (e.g. a LiveKit job runner after a hang):
-    the interpreter would wait for it forever and CI would report a timeout instead of the failure."""
-    left = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
-    for thread in left:
-        thread.join(timeout=5)
-    left = [t for t in left if t.is_alive()]
-    if left and _exit_status:
-        names = ", ".join(sorted(t.name for t in left))
-        print(f"\npytest: threads still running after the session, exiting anyway: {names}", file=sys.stderr)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(_exit_status[0])
+    """End the run if a test left a thread that keeps the interpreter alive (e.g. a LiveKit job runner after a
+    hang): CI would otherwise report its own timeout instead of the failure. A daemon watchdog, so a normal
+    exit (thread pools shut down by the interpreter) is not delayed; it fires only if exit takes > 60 s."""
+    if not _exit_status:
+        return
+    status = _exit_status[0]
+
+    def force_exit() -> None:
+        time.sleep(EXIT_GRACE_S)
+        main, me = threading.main_thread(), threading.current_thread()
+        alive = [t.name for t in threading.enumerate() if t not in (main, me) and not t.daemon]
+        print(f"\npytest: the interpreter did not exit within {EXIT_GRACE_S:.0f} s of the session's end; threads "
+              f"still running: {', '.join(sorted(alive))}; exiting with the session's status {status}",
+              file=sys.stderr, flush=True)  # fmt: skip
+        os._exit(status)
+
+    threading.Thread(target=force_exit, name="pytest-exit-watchdog", daemon=True).start()
 
 
 @pytest.fixture(scope="session")
