@@ -129,11 +129,16 @@ def missing_internals() -> list[str]:
         missing.append(INTERRUPT_FUT)
     if getattr(handle, "_interrupt_source", _MISSING) is _MISSING:
         missing.append(INTERRUPT_SOURCE)
-    from livekit.agents.ipc.job_thread_executor import ThreadJobExecutor
-
-    if "_initialize_fut" not in ThreadJobExecutor.__init__.__code__.co_names:
+    if not _runner_has_init_future():
         missing.append(RUNNER_INIT_FUT)
     return missing
+
+
+def _runner_has_init_future() -> bool:
+    """Whether ThreadJobExecutor still sets `_initialize_fut` (read from its __init__'s attribute names)."""
+    from livekit.agents.ipc.job_thread_executor import ThreadJobExecutor
+
+    return "_initialize_fut" in ThreadJobExecutor.__init__.__code__.co_names
 
 
 def close_runners_cancelled_in_prewarm() -> bool:
@@ -145,7 +150,7 @@ def close_runners_cancelled_in_prewarm() -> bool:
     initialize = ThreadJobExecutor.initialize
     if getattr(initialize, "_settles_when_cancelled", False):
         return True
-    if "_initialize_fut" not in ThreadJobExecutor.__init__.__code__.co_names:
+    if not _runner_has_init_future():
         _warn_once(RUNNER_INIT_FUT)
         return False
 

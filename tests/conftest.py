@@ -31,24 +31,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip_gpu)
 
 
-_exit_status: list[int] = []
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    _exit_status.append(int(exitstatus))
-
-
 EXIT_GRACE_S = 60.0
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_unconfigure(config: pytest.Config) -> None:
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """End the run if a test left a thread that keeps the interpreter alive (e.g. a LiveKit job runner after a
     hang): CI would otherwise report its own timeout instead of the failure. A daemon watchdog, so a normal
     exit (thread pools shut down by the interpreter) is not delayed; it fires only if exit takes > 60 s."""
-    if not _exit_status:
-        return
-    status = _exit_status[0]
+    status = int(exitstatus)
 
     def force_exit() -> None:
         time.sleep(EXIT_GRACE_S)

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
+from livekit.agents.ipc.job_thread_executor import ThreadJobExecutor
 from livekit.agents.voice.speech_handle import SpeechHandle
 
 from agent import livekit_internals as lk
@@ -108,10 +110,6 @@ async def test_inside_a_real_speech(monkeypatch: pytest.MonkeyPatch, kind: str, 
 async def test_a_runner_cancelled_in_prewarm_still_closes() -> None:
     """The pool cancels a runner's initialize() when the worker closes during its prewarm; aclose() must then
     return once prewarm ends (livekit-agents 1.8.9 without the fix waits forever, the CI hang of 2026-11-27)."""
-    import threading
-
-    from livekit.agents.ipc.job_thread_executor import ThreadJobExecutor
-
     assert lk.close_runners_cancelled_in_prewarm() and lk.close_runners_cancelled_in_prewarm()  # idempotent
     in_prewarm, release = threading.Event(), threading.Event()
 
