@@ -11,7 +11,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from agent.local.defaults import LOCAL_LLM_MODEL, local_livekit_url, local_llm_url
-from tts_engine.env import Env
+from tts_engine.env import ConfigError, Env
+
+
+def quiet_db(env: Env) -> float | None:
+    """`VAD_QUIET_DB`: a level in dBFS (-120..-20), or "off" (Silero alone decides what is silence)."""
+    raw = env.raw("VAD_QUIET_DB")
+    if raw is None:
+        return -50.0
+    if raw.lower() == "off":
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not -120.0 <= value <= -20.0:  # also false for nan
+        raise ConfigError(f"VAD_QUIET_DB={raw!r} is not allowed (allowed: a level in dBFS from -120 to -20, or off)")
+    return value
 
 
 @dataclass(frozen=True)
@@ -32,7 +48,8 @@ class AgentConfig:
     http_port: int = 8081  # the worker's health server (GET / and /worker); start_all probes it
     llm_max_history_items: int = 24  # chat items sent per request; older turns are dropped (prompt stays short)
     llm_temperature: float = 0.3
-    vad_silence_ms: int = 192  # six Silero windows (agent/vad.py)
+    vad_silence_ms: int = 224  # seven Silero windows of silence (agent/vad.py; docs/agent.md says why 224)
+    vad_quiet_db: float | None = -50.0  # a Silero window quieter than this is silence (agent/vad.py); None = off
     # the caller's audio reaches the session (and so the VAD) in frames this long: LiveKit's default of 50 ms adds
     # up to 50 ms before the VAD sees the end of speech; 20 is one Opus packet
     input_frame_ms: int = 20
@@ -93,7 +110,8 @@ class AgentConfig:
             http_port=env.int("AGENT_HTTP_PORT", 8081, lo=0, hi=65535),
             llm_max_history_items=env.int("LLM_MAX_HISTORY_ITEMS", 24, lo=2, hi=10_000),
             llm_temperature=env.float("LLM_TEMPERATURE", 0.3, lo=0.0, hi=2.0),
-            vad_silence_ms=env.int("VAD_SILENCE_MS", 192, lo=50, hi=5000),
+            vad_silence_ms=env.int("VAD_SILENCE_MS", 224, lo=50, hi=5000),
+            vad_quiet_db=quiet_db(env),
             input_frame_ms=int(env.choice("INPUT_FRAME_MS", "20", ("10", "20", "30", "40", "50"))),
             tts_frame_ms=int(env.choice("TTS_FRAME_MS", "20", ("10", "20", "40"))),
             min_endpointing=env.float("MIN_ENDPOINTING", 0.2, lo=0.0, hi=10.0),

@@ -71,7 +71,7 @@ def get_backend(cfg: AgentConfig) -> TTSBackend:
 def prewarm(proc: JobProcess) -> None:
     global _tuned
     cfg = worker_config()
-    proc.userdata["vad"] = load_vad(cfg.vad_silence_ms)
+    proc.userdata["vad"] = load_vad(cfg.vad_silence_ms, cfg.vad_quiet_db)
     proc.userdata["backend"] = get_backend(cfg)
     if not cfg.stt_base_url:  # embedded STT: load whisper here, not on a call's event loop (~0.5 s)
         from agent.local.whisper_stt import load_model
@@ -97,7 +97,7 @@ async def entrypoint(ctx: JobContext) -> None:
     vad = ctx.proc.userdata.get("vad")
     backend = ctx.proc.userdata.get("backend") or get_backend(cfg)
     if vad is None:
-        vad = load_vad(cfg.vad_silence_ms)
+        vad = load_vad(cfg.vad_silence_ms, cfg.vad_quiet_db)
     await ctx.connect(auto_subscribe=AutoSubscribe.AUDIO_ONLY)
     call = Call(cfg, vad=vad, backend=backend, session_id=f"{ctx.room.name}-{ctx.job.id[-6:]}")
     with _lock:

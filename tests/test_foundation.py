@@ -58,6 +58,8 @@ def test_unknown_tts_variables_are_reported() -> None:
         ({"LLM_MAX_TOKENS": "lots"}, "LLM_MAX_TOKENS"),
         ({"LLM_TEMPERATURE": "5"}, "LLM_TEMPERATURE"),
         ({"VAD_SILENCE_MS": "10"}, "VAD_SILENCE_MS"),
+        ({"VAD_QUIET_DB": "loud"}, r"VAD_QUIET_DB='loud' is not allowed \(allowed: a level in dBFS from -120"),
+        ({"VAD_QUIET_DB": "-10"}, "VAD_QUIET_DB='-10'"),
         ({"TTS_FRAME_MS": "25"}, "TTS_FRAME_MS"),
         ({"INPUT_FRAME_MS": "15"}, "INPUT_FRAME_MS"),
         ({"ENABLE_CONTINUATION": "perhaps"}, "ENABLE_CONTINUATION"),
@@ -66,6 +68,11 @@ def test_unknown_tts_variables_are_reported() -> None:
 def test_agent_config_names_bad_variable(env: dict[str, str], name: str) -> None:
     with pytest.raises(ConfigError, match=name):
         AgentConfig.from_env(env)
+
+
+@pytest.mark.parametrize(("value", "quiet_db"), [("", -50.0), ("-60", -60.0), ("off", None), (" OFF ", None)])
+def test_the_vad_quiet_gate_is_a_level_or_off(value: str, quiet_db: float | None) -> None:
+    assert AgentConfig.from_env({"VAD_QUIET_DB": value}).vad_quiet_db == quiet_db
 
 
 def test_caller_audio_reaches_the_session_in_input_frame_ms_frames() -> None:

@@ -53,7 +53,7 @@ class ServerConfig:
     rate_limit_per_min: int = 30
     host: str = "127.0.0.1"
     port: int = 3000
-    vad_silence_ms: int = 192
+    vad_silence_ms: int = 224
     dev: bool = False
     web_dir: Path = DEFAULT_WEB_DIR
 
@@ -102,7 +102,7 @@ class ServerConfig:
             rate_limit_per_min=env.int("TOKEN_RATE_LIMIT_PER_MIN", 30, lo=1, hi=100_000),
             host=host or env.raw("TOKEN_SERVER_HOST") or "127.0.0.1",
             port=port_value,
-            vad_silence_ms=env.int("VAD_SILENCE_MS", 192, lo=50, hi=5000),
+            vad_silence_ms=env.int("VAD_SILENCE_MS", 224, lo=50, hi=5000),
             dev=dev,
             web_dir=web_dir or DEFAULT_WEB_DIR,
         )

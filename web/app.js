@@ -50,7 +50,7 @@ const call = {
 window.voiceCall = call;
 
 function newDetectors() {
-  const hangoverMs = call.config?.vad_silence_ms ?? 200;
+  const hangoverMs = call.config?.vad_silence_ms ?? 224;
   call.vad = new EnergyVad({ thresholdDb: -50, minSpeechMs: 60, hangoverMs });
   call.agentAudio = new AudioActivity({ thresholdDb: -55, silenceMs: 250 });
 }

@@ -321,7 +321,7 @@ def load_backend(args: argparse.Namespace, out_dir: Path) -> tuple[TTSBackend, A
 def load_vad(cfg: AgentConfig) -> Any:
     from agent import vad  # imports LiveKit's Silero plugin: only when a call is simulated
 
-    return vad.load_vad(cfg.vad_silence_ms)  # as the worker loads it
+    return vad.load_vad(cfg.vad_silence_ms, cfg.vad_quiet_db)  # as the worker loads it
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -22,7 +22,7 @@ KEYS = {"LIVEKIT_URL": "wss://lk.example.test", "LIVEKIT_API_KEY": "k", "LIVEKIT
 def test_defaults() -> None:
     cfg = ServerConfig.from_env(KEYS)
     assert (cfg.agent_name, cfg.token_ttl_s, cfg.rate_limit_per_min) == ("voice-agent", 900, 30)
-    assert (cfg.host, cfg.port, cfg.vad_silence_ms, cfg.allowed_origins, cfg.dev) == ("127.0.0.1", 3000, 192, (), False)
+    assert (cfg.host, cfg.port, cfg.vad_silence_ms, cfg.allowed_origins, cfg.dev) == ("127.0.0.1", 3000, 224, (), False)
     assert "s" * 40 not in repr(cfg)
 
 

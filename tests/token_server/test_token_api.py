@@ -168,7 +168,7 @@ async def test_config_endpoint_gives_the_page_what_it_needs(client) -> None:
     assert await resp.json() == {
         "url": "wss://lk.example.test",
         "agent_name": "voice-agent-test",
-        "vad_silence_ms": 192,
+        "vad_silence_ms": 224,
         "token_ttl_s": 600,
         "dev": False,
     }
