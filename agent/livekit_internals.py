@@ -20,6 +20,12 @@ and `add_done_callback` still end every reply), no source (the trace says "inter
 working, only less precisely. `missing_internals()` lists the absent names without warning, for the test
 (tests/agent/test_livekit_internals.py) that fails loudly on an upgrade, and for anyone checking one.
 
+One construction, `silero_stream_with_model(vad, wrap)` (agent/vad.py's quiet gate): a stream of the Silero
+plugin's own `VADStream` whose model is `wrap(model)`. The plugin's `VAD.stream()` builds the model from its
+private `_onnx_session` and `_opts` and registers the stream in `_streams` (so `update_options` reaches it), and
+has no way to hand it another model. Where a name is gone it returns None with a warning, and the caller uses
+the plugin's plain stream (Silero alone).
+
 One fix, `close_runners_cancelled_in_prewarm()` (`agent.worker.build_options` applies it): with the THREAD executor,
 closing the worker while a runner is still in prewarm (the pool starts a replacement each time a call takes
 the idle one, and prewarm loads Silero and Whisper, seconds on a busy CPU) hangs forever. The pool cancels
@@ -35,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from livekit.agents.voice.speech_handle import SpeechHandle
@@ -46,6 +53,7 @@ CONTEXT_VAR = "livekit.agents.voice.agent_activity._SpeechHandleContextVar"
 INTERRUPT_FUT = "SpeechHandle._interrupt_fut"
 INTERRUPT_SOURCE = "SpeechHandle._interrupt_source"
 RUNNER_INIT_FUT = "ThreadJobExecutor._initialize_fut"
+SILERO_MODEL = "silero.VAD._onnx_session/_opts/_streams"
 
 _MISSING = object()
 _warned: set[str] = set()
@@ -131,7 +139,33 @@ def missing_internals() -> list[str]:
         missing.append(INTERRUPT_SOURCE)
     if not _runner_has_init_future():
         missing.append(RUNNER_INIT_FUT)
+    if not _silero_builds_its_model():
+        missing.append(SILERO_MODEL)
     return missing
+
+
+def _silero_builds_its_model() -> bool:
+    """Whether silero.VAD keeps `_onnx_session`, `_opts`, `_streams` and its stream takes (vad, opts, model)."""
+    from livekit.plugins import silero
+
+    names = silero.VAD.__init__.__code__.co_names
+    params = silero.VADStream.__init__.__code__.co_varnames[:4]
+    return {"_onnx_session", "_opts", "_streams"} <= set(names) and params == ("self", "vad", "opts", "model")
+
+
+def silero_stream_with_model(vad: Any, wrap: Callable[[Any], Any]) -> Any | None:
+    """The Silero plugin's own stream on `vad` (a `silero.VAD`) with `wrap(model)` as its model; None (and a
+    warning once) where the plugin's private names are gone."""
+    from livekit.plugins import silero
+    from livekit.plugins.silero import onnx_model
+
+    session, opts, streams = (getattr(vad, name, None) for name in ("_onnx_session", "_opts", "_streams"))
+    if session is None or opts is None or streams is None or not _silero_builds_its_model():
+        _warn_once(SILERO_MODEL)
+        return None
+    stream = silero.VADStream(vad, opts, wrap(onnx_model.OnnxModel(onnx_session=session, sample_rate=opts.sample_rate)))
+    streams.add(stream)  # as the plugin's stream() does: update_options() reaches its streams through this set
+    return stream
 
 
 def _runner_has_init_future() -> bool:

@@ -30,6 +30,8 @@ import numpy as np
 from livekit.plugins import silero
 from livekit.plugins.silero import onnx_model
 
+from agent import livekit_internals
+
 SAMPLE_RATE = 16_000
 WINDOW_SAMPLES = 512  # Silero's window at 16 kHz
 WINDOW_MS = WINDOW_SAMPLES * 1000 / SAMPLE_RATE  # 32 ms
@@ -99,12 +101,9 @@ class GatedSileroVAD(silero.VAD):
     def stream(self) -> silero.VADStream:
         if self.quiet_db is None:
             return super().stream()
-        # the plugin's own stream (buffers, smoothing, events), handed the gated model; _onnx_session,
-        # _opts and _streams are what the plugin's stream() uses (livekit-plugins-silero 1.8.9)
-        model = onnx_model.OnnxModel(onnx_session=self._onnx_session, sample_rate=self._opts.sample_rate)
-        stream = silero.VADStream(self, self._opts, QuietGate(model, self.quiet_db))  # type: ignore[arg-type]
-        self._streams.add(stream)
-        return stream
+        quiet_db = self.quiet_db
+        stream = livekit_internals.silero_stream_with_model(self, lambda model: QuietGate(model, quiet_db))
+        return stream if stream is not None else super().stream()  # the plugin changed: Silero alone, warned
 
 
 def load_vad(silence_ms: float, quiet_db: float | None = QUIET_DB) -> silero.VAD:

@@ -58,6 +58,28 @@ def test_a_missing_name_is_reported_and_falls_back_with_one_warning(
     assert lk.CONTEXT_VAR in warned[0] and lk.installed_version() in warned[0]
 
 
+async def test_the_silero_stream_runs_the_model_it_is_handed(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from livekit.plugins import silero
+
+    from agent.vad import QuietGate, load_vad
+
+    vad = load_vad(224, -50.0)
+    stream = vad.stream()
+    try:
+        assert isinstance(stream, silero.VADStream) and isinstance(stream._model, QuietGate)
+        assert stream in vad._streams  # update_options reaches it
+    finally:
+        await stream.aclose()
+    # where the plugin's names are gone: a warning, and the plugin's own stream (Silero alone)
+    monkeypatch.setattr(lk, "_warned", set())
+    monkeypatch.delattr(vad, "_onnx_session")
+    with caplog.at_level(logging.WARNING, logger="agent.livekit_internals"):
+        assert lk.silero_stream_with_model(vad, lambda model: model) is None
+    assert any(lk.SILERO_MODEL in r.getMessage() for r in caplog.records)
+
+
 async def test_on_a_speech_handle_created_as_livekit_creates_one() -> None:
     assert lk.current_speech_handle() is None  # not inside any speech
     assert lk.missing_internals() == []  # also with a loop running
