@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -23,11 +24,12 @@ from typing import Any
 
 import numpy as np
 
-from agent.config import AgentConfig
+from agent.config import AgentConfig, quiet_db
 from agent.tools.callbench.browser import BrowserCall
 from agent.tools.callbench.measure import match_barge_ins, match_turns
 from agent.tools.callbench.speech import RATE, speak
 from agent.tools.callbench.stack import LocalStack
+from tts_engine.env import Env
 from tts_engine.percentiles import percentiles
 
 # (question, a word whisper must hear in it)
@@ -44,7 +46,7 @@ QUESTIONS = [
     ("Thank you, goodbye.", "thank"),
 ]
 TARGETS = {"overhead_p95_ms": 80.0, "barge_in_p95_ms": 150.0}
-HANGOVER_MS = float(AgentConfig.vad_silence_ms)  # the default: six Silero windows, so page and agent agree
+HANGOVER_MS = float(AgentConfig.vad_silence_ms)  # the default: seven Silero windows, so page and agent agree
 
 
 def questions_wav(path: Path, turns: int, gap_s: float) -> list[tuple[str, str]]:
@@ -176,7 +178,7 @@ def run(
         "device": device(),
         "versions": versions(),
         "config": {"turns": turns, "gap_s": gap_s, "vad_hangover_ms": hangover_ms, "llm_max_tokens": 40,
-                   "tts_text_input": text_input},
+                   "tts_text_input": text_input, "vad_quiet_db": quiet_db(Env(os.environ))},  # the worker's env
         "counts": {
             "questions": turns,
             "transcripts": len(heard),  # final user transcripts shown on the page
@@ -212,6 +214,12 @@ def run(
     return report
 
 
+def vad_line(config: dict[str, Any]) -> str:
+    gate = config.get("vad_quiet_db", "not recorded")  # runs before 2026-11-27 evening: Silero alone
+    gate_text = "off (Silero alone)" if gate is None else gate if isinstance(gate, str) else f"{gate:g} dBFS"
+    return f"Agent VAD: hangover {config['vad_hangover_ms']:g} ms, quiet gate {gate_text} (agent/vad.py)."
+
+
 def markdown(report: dict[str, Any]) -> str:
     c = report["counts"]
     lines = [
@@ -225,6 +233,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"{c['replies_heard']} replies heard, {c['traces_complete']}/{c['traces_answered']} answered turns traced "
         f"with all nine points, {c['errors']} errors; {c['barge_ins_heard']} barge-ins heard, "
         f"{c['barge_ins_ignored']} ignored.",
+        "",
+        vad_line(report["config"]),
         "",
         "| per turn (ms) | n | P50 | P95 |",
         "|---|---|---|---|",

@@ -5,16 +5,16 @@ publishes callbench's questions in real time, 10 ms frames straight into WebRTC 
 the last voiced frame of each question left (the page's rule: -50 dBFS). A receiver of kind agent takes the
 track with the worker's input settings (`rtc.AudioStream` at 24 kHz in `INPUT_FRAME_MS` = 20 ms frames, as
 LiveKit's room input gives the session) and feeds Silero loaded as the worker loads it (`agent.vad.load_vad`,
-`VAD_SILENCE_MS` = 192 ms: six windows). Per question:
+`VAD_SILENCE_MS`, 224 ms: seven windows, behind the -50 dBFS quiet gate). Per question:
 - `uplink_ms`: the last voiced frame sent -> the last voiced frame received (Opus, LiveKit, the receiver's
   jitter buffer);
 - `vad_decision_ms`: the last voiced frame received -> Silero's END_OF_SPEECH, minus the hangover it waits
-  (192 ms): what the VAD model itself takes (its 32 ms windows, its smoothing, its probability decaying on
+  (224 ms): what the VAD model itself takes (its 32 ms windows, its smoothing, its probability decaying on
   decoded audio);
 - `live_minus_offline_ms`: the same END found by running Silero offline over the recorded received audio,
   mapped to arrival times. ~0 means the live input path (resampling, framing, the executor) adds nothing.
-Writes DIR/vad_lag.json and DIR/vad_lag.md; exit 0 when every question ended a turn. `--questions N` takes the
-first N of the 10.
+Writes DIR/vad_lag.json and DIR/vad_lag.md; exit 0 when every question ended exactly one turn. `--questions N`
+takes the first N of the 10; `--quiet-db off` measures Silero without the quiet gate.
 """
 
 from __future__ import annotations
@@ -32,10 +32,12 @@ from livekit import api, rtc
 from livekit.agents import vad as agents_vad
 
 from agent.config import AgentConfig
+from agent.config import quiet_db as quiet_db_from_env
 from agent.tools.callbench.bench import QUESTIONS, column_summary, device, versions
 from agent.tools.callbench.speech import RATE, speak
 from agent.tools.callbench.stack import LocalStack
-from agent.vad import effective_hangover_ms, load_vad
+from agent.vad import QUIET_DB, effective_hangover_ms, load_vad
+from tts_engine.env import ConfigError, Env
 
 SEND_FRAME = RATE // 100  # 10 ms, what a browser sends per capture callback
 RECEIVE_RATE, RECEIVE_FRAME_MS = 24_000, 20  # the session's input (agent/voice.py room_options)
@@ -76,7 +78,8 @@ async def send(url: str, token: str, pcm: np.ndarray, voiced_sent: list[tuple[in
 
 
 class Receiver:
-    def __init__(self) -> None:
+    def __init__(self, quiet_db: float | None) -> None:
+        self.quiet_db = quiet_db  # the gate: agent/vad.py (None = Silero alone)
         self.ends: list[float] = []  # Unix ms of each live END_OF_SPEECH
         self.voiced: list[float] = []  # Unix ms at which each voiced frame arrived
         self.recording: list[tuple[float, np.ndarray]] = []
@@ -88,7 +91,7 @@ class Receiver:
         room.on("track_subscribed", lambda track, *_: subscribed.done() or subscribed.set_result(track))
         await room.connect(url, token)
         track = await subscribed
-        vad_stream = load_vad(AgentConfig.vad_silence_ms).stream()
+        vad_stream = load_vad(AgentConfig.vad_silence_ms, self.quiet_db).stream()
         ends_task = asyncio.ensure_future(vad_ends(vad_stream, self.ends, lambda _ev: time.time() * 1000.0))
         audio = rtc.AudioStream(track, sample_rate=RECEIVE_RATE, num_channels=1, frame_size_ms=RECEIVE_FRAME_MS)
         async for ev in audio:
@@ -115,7 +118,7 @@ class Receiver:
             k = int(np.searchsorted(edges, ev.timestamp * RECEIVE_RATE))
             return arrivals[min(k, len(arrivals) - 1)]
 
-        stream, ends = load_vad(AgentConfig.vad_silence_ms).stream(), []
+        stream, ends = load_vad(AgentConfig.vad_silence_ms, self.quiet_db).stream(), []
         task = asyncio.ensure_future(vad_ends(stream, ends, arrival))
         n = RECEIVE_RATE * RECEIVE_FRAME_MS // 1000
         for i in range(0, len(audio) - n + 1, n):
@@ -135,7 +138,9 @@ def questions_pcm(count: int, gap_s: float) -> tuple[np.ndarray, list[tuple[int,
     return np.concatenate(parts), spans
 
 
-async def measure(stack: LocalStack, count: int, gap_s: float) -> list[dict[str, float | None]]:
+async def measure(
+    stack: LocalStack, count: int, gap_s: float, quiet_db: float | None
+) -> tuple[list[dict[str, float | None]], int]:
     key, secret = stack.env["LIVEKIT_API_KEY"], stack.env["LIVEKIT_API_SECRET"]
 
     def token(identity: str, kind: str) -> str:
@@ -143,7 +148,7 @@ async def measure(stack: LocalStack, count: int, gap_s: float) -> list[dict[str,
         return api.AccessToken(key, secret).with_identity(identity).with_kind(kind).with_grants(grants).to_jwt()
 
     pcm, spans = questions_pcm(count, gap_s)
-    receiver, voiced_sent = Receiver(), []
+    receiver, voiced_sent = Receiver(quiet_db), []
     listening = asyncio.ensure_future(receiver.run(stack.livekit_url, token("vad-lag-agent", "agent")))
     await asyncio.sleep(1.0)
     await send(stack.livekit_url, token("vad-lag-user", "standard"), pcm, voiced_sent)
@@ -163,14 +168,16 @@ async def measure(stack: LocalStack, count: int, gap_s: float) -> list[dict[str,
             "vad_decision_ms": end - arrived[-1] - HANGOVER_MS if arrived and end is not None else None,
             "live_minus_offline_ms": None if twin is None else end - twin,
         })  # fmt: skip
-    return rows
+    return rows, len(receiver.ends)
 
 
-def run(workdir: Path, *, questions: int = len(QUESTIONS), gap_s: float = 2.0) -> dict[str, Any]:
+def run(
+    workdir: Path, *, questions: int = len(QUESTIONS), gap_s: float = 2.0, quiet_db: float | None = QUIET_DB
+) -> dict[str, Any]:
     stack = LocalStack(workdir / "stack")
     stack.start(services=("livekit",))
     try:
-        rows = asyncio.run(measure(stack, questions, gap_s))
+        rows, ends = asyncio.run(measure(stack, questions, gap_s, quiet_db))
     finally:
         stack.stop()
     return {
@@ -178,8 +185,15 @@ def run(workdir: Path, *, questions: int = len(QUESTIONS), gap_s: float = 2.0) -
         "device": device().split(" (")[0] + " (LiveKit server and two SDK participants only)",
         "versions": versions(),
         "command": " ".join(["python -m agent.tools.callbench.vad_lag", *sys.argv[1:]]),
-        "config": {"questions": questions, "receive_rate": RECEIVE_RATE, "receive_frame_ms": RECEIVE_FRAME_MS,
-                   "hangover_ms": HANGOVER_MS, "voiced_dbfs": VOICED_DB},  # fmt: skip
+        "config": {
+            "questions": questions,
+            "receive_rate": RECEIVE_RATE,
+            "receive_frame_ms": RECEIVE_FRAME_MS,
+            "hangover_ms": HANGOVER_MS,
+            "voiced_dbfs": VOICED_DB,
+            "quiet_db": quiet_db,
+        },  # fmt: skip
+        "ends": ends,  # END_OF_SPEECH events in all: more than the questions means a question was split
         "summary": {k: column_summary(rows, k) for k in COLUMNS},
         "rows": rows,
     }
@@ -189,10 +203,20 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [f"# The agent's end of turn: {report['device']}, {report['date']}", "", f"`{report['command']}`", "",
              "| per question (ms) | n | P50 | P95 |", "|---|---|---|---|"]  # fmt: skip
     lines += [f"| {k} | {s['n']} | {s['p50']} | {s['p95']} |" for k, s in report["summary"].items()]
-    lines += ["", "uplink = last voiced frame sent -> received (SDK to SDK through LiveKit); vad_decision = last "
-              "voiced frame received -> Silero's end of speech, minus the hangover Silero waits ("
-              f"{HANGOVER_MS:.0f} ms); live_minus_offline = the "
-              "live end against Silero run offline over the received audio (~0: the live input path adds nothing)."]
+    gate = report["config"]["quiet_db"]
+    lines += [
+        "",
+        f"{report['ends']} ends of speech for {report['config']['questions']} questions; quiet gate "
+        + ("off (Silero alone)" if gate is None else f"{gate:g} dBFS")
+        + ".",
+    ]
+    lines += [
+        "",
+        "uplink = last voiced frame sent -> received (SDK to SDK through LiveKit); vad_decision = last "
+        "voiced frame received -> Silero's end of speech, minus the hangover Silero waits ("
+        f"{HANGOVER_MS:.0f} ms); live_minus_offline = the "
+        "live end against Silero run offline over the received audio (~0: the live input path adds nothing).",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -200,16 +224,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agent.tools.callbench.vad_lag", description=__doc__.split("\n")[0])
     parser.add_argument("--questions", type=int, default=len(QUESTIONS), help="how many of callbench's questions")
     parser.add_argument("--out", type=Path, required=True, help="folder for vad_lag.json and vad_lag.md")
+    parser.add_argument("--quiet-db", default=str(QUIET_DB), help='the gate in dBFS, or "off" (default %(default)s)')
     args = parser.parse_args(argv)
+    try:
+        quiet_db = quiet_db_from_env(Env({"VAD_QUIET_DB": args.quiet_db}))
+    except ConfigError as exc:
+        parser.error(str(exc).replace("VAD_QUIET_DB", "--quiet-db"))
     if not 1 <= args.questions <= len(QUESTIONS):
         parser.error(f"--questions={args.questions} is out of range (allowed: 1..{len(QUESTIONS)})")
     args.out.mkdir(parents=True, exist_ok=True)
-    report = run(args.out / "work", questions=args.questions)
+    report = run(args.out / "work", questions=args.questions, quiet_db=quiet_db)
     (args.out / "vad_lag.json").write_text(json.dumps(report, indent=2) + "\n")
     (args.out / "vad_lag.md").write_text(markdown(report))
     print(markdown(report))
     complete = [r for r in report["rows"] if r["vad_decision_ms"] is not None]
-    return 0 if len(complete) == args.questions else 1
+    return 0 if len(complete) == args.questions and report["ends"] == args.questions else 1
 
 
 if __name__ == "__main__":
