@@ -26,6 +26,10 @@ private `_onnx_session` and `_opts` and registers the stream in `_streams` (so `
 has no way to hand it another model. Where a name is gone it returns None with a warning, and the caller uses
 the plugin's plain stream (Silero alone).
 
+One read for agent/callers.py, `session_room_io(session)`: the session's `RoomIO` (`AgentSession._room_io`), whose
+public `set_participant` switches the caller the session listens to; the session exposes no public handle to
+it. Where it is gone, None with a warning, and the session keeps LiveKit's first-caller link.
+
 One fix, `close_runners_cancelled_in_prewarm()` (`agent.worker.build_options` applies it): with the THREAD executor,
 closing the worker while a runner is still in prewarm (the pool starts a replacement each time a call takes
 the idle one, and prewarm loads Silero and Whisper, seconds on a busy CPU) hangs forever. The pool cancels
@@ -40,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -54,6 +59,7 @@ INTERRUPT_FUT = "SpeechHandle._interrupt_fut"
 INTERRUPT_SOURCE = "SpeechHandle._interrupt_source"
 RUNNER_INIT_FUT = "ThreadJobExecutor._initialize_fut"
 SILERO_MODEL = "silero.VAD._onnx_session/_opts/_streams"
+SESSION_ROOM_IO = "AgentSession._room_io"
 
 _MISSING = object()
 _warned: set[str] = set()
@@ -141,7 +147,25 @@ def missing_internals() -> list[str]:
         missing.append(RUNNER_INIT_FUT)
     if not _silero_builds_its_model():
         missing.append(SILERO_MODEL)
+    if not _session_keeps_room_io():
+        missing.append(SESSION_ROOM_IO)
     return missing
+
+
+def _session_keeps_room_io() -> bool:
+    from livekit.agents import AgentSession
+
+    init = inspect.unwrap(AgentSession.__init__)  # wrapped by LiveKit's deprecation helper
+    return "_room_io" in init.__code__.co_names
+
+
+def session_room_io(session: Any) -> Any | None:
+    """The `RoomIO` of a session started in a room (None, warned once, if the name is gone or not started)."""
+    room_io = getattr(session, "_room_io", None)
+    if room_io is None or not hasattr(room_io, "set_participant"):
+        _warn_once(SESSION_ROOM_IO)
+        return None
+    return room_io
 
 
 def _silero_builds_its_model() -> bool:

@@ -217,13 +217,13 @@ class VoiceAgent(Agent):
 
 
 def room_options(cfg: AgentConfig) -> room_io.RoomOptions:
-    """The session's room I/O: our own audio output (RtcAudioOutput publishes the agent's track), and the
-    caller's audio in `INPUT_FRAME_MS` frames (LiveKit's 50 ms default delays the VAD's end of speech)."""
+    """The session's room I/O: our own audio output (RtcAudioOutput publishes the agent's track), the caller's
+    audio in `INPUT_FRAME_MS` frames (LiveKit's 50 ms default delays the VAD's end of speech), and no close on
+    the caller's disconnect: agent/callers.py decides which caller is heard and when the call is over."""
     from livekit.agents.voice import room_io
 
-    return room_io.RoomOptions(
-        audio_input=room_io.AudioInputOptions(frame_size_ms=cfg.input_frame_ms), audio_output=False
-    )
+    audio_input = room_io.AudioInputOptions(frame_size_ms=cfg.input_frame_ms)
+    return room_io.RoomOptions(audio_input=audio_input, audio_output=False, close_on_disconnect=False)
 
 
 class Call:

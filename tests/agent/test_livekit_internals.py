@@ -80,6 +80,15 @@ async def test_the_silero_stream_runs_the_model_it_is_handed(
     assert any(lk.SILERO_MODEL in r.getMessage() for r in caplog.records)
 
 
+def test_a_session_without_its_room_io_is_warned_and_left_to_livekit(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(lk, "_warned", set())
+    with caplog.at_level(logging.WARNING, logger="agent.livekit_internals"):
+        assert lk.session_room_io(object()) is None
+    assert any(lk.SESSION_ROOM_IO in r.getMessage() for r in caplog.records)
+
+
 async def test_on_a_speech_handle_created_as_livekit_creates_one() -> None:
     assert lk.current_speech_handle() is None  # not inside any speech
     assert lk.missing_internals() == []  # also with a loop running

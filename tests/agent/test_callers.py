@@ -1,0 +1,75 @@
+"""agent/callers.py: the session listens to the newest caller still in the room, and the call ends when the last
+caller leaves. A room made of LiveKit's own event emitter with participants as the SDK describes them; the
+real-server version (a caller rejoining a room its old connection still holds) is tests/call/test_callers.py."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from livekit import rtc
+
+from agent.callers import CallerFollower
+
+STANDARD, AGENT = rtc.ParticipantKind.PARTICIPANT_KIND_STANDARD, rtc.ParticipantKind.PARTICIPANT_KIND_AGENT
+
+
+class FakeRoom(rtc.EventEmitter):
+    def __init__(self, *identities: str) -> None:
+        super().__init__()
+        self.name = "room"
+        self.remote_participants = {i: person(i) for i in identities}
+
+    def join(self, identity: str, kind: int = STANDARD) -> None:
+        self.remote_participants[identity] = participant = person(identity, kind)
+        self.emit("participant_connected", participant)
+
+    def leave(self, identity: str) -> None:
+        self.emit("participant_disconnected", self.remote_participants.pop(identity))
+
+
+class FakeRoomIO:
+    def __init__(self) -> None:
+        self.links: list[str] = []
+
+    def set_participant(self, identity: str) -> None:
+        self.links.append(identity)
+
+
+def person(identity: str, kind: int = STANDARD) -> SimpleNamespace:
+    return SimpleNamespace(identity=identity, kind=kind)
+
+
+def follower(*identities: str) -> tuple[FakeRoom, FakeRoomIO, list[str]]:
+    room, room_io, ended = FakeRoom(*identities), FakeRoomIO(), []
+    CallerFollower(room, room_io, lambda: ended.append("ended"))  # type: ignore[arg-type]
+    return room, room_io, ended
+
+
+def test_a_new_caller_is_heard_at_once_and_the_agent_goes_back_when_they_leave() -> None:
+    room, room_io, ended = follower("alice")
+    assert room_io.links == ["alice"]
+    room.join("alice-again")  # the same person, new tab: the old connection lingers until the server drops it
+    assert room_io.links == ["alice", "alice-again"]
+    room.leave("alice-again")
+    assert room_io.links == ["alice", "alice-again", "alice"] and not ended
+
+
+def test_a_caller_who_is_not_heard_leaves_without_changing_anything() -> None:
+    room, room_io, ended = follower("alice", "bob")
+    assert room_io.links == ["bob"]
+    room.leave("alice")
+    assert room_io.links == ["bob"] and not ended
+
+
+def test_agents_are_not_callers_and_the_last_caller_ends_the_call_once() -> None:
+    room, room_io, ended = follower()
+    assert room_io.links == []
+    room.join("avatar", AGENT)
+    room.join("alice")
+    room.leave("avatar")
+    assert room_io.links == ["alice"] and not ended
+    room.leave("alice")
+    assert ended == ["ended"]
+    room.join("bob")  # a caller after the end (the job is shutting down) is linked; LiveKit's shutdown is idempotent
+    room.leave("bob")
+    assert room_io.links == ["alice", "bob"] and ended == ["ended", "ended"]
