@@ -1,25 +1,29 @@
 """Which caller the agent listens to when callers come and go in one room.
 
-Contract: `follow_callers(room, session, on_empty)` (the worker calls it once the session has started in the
-room) keeps the session's room input linked to the caller who joined last among those still in the room:
+Contract: `follow_callers(room, session)` (the worker calls it once the session has started in the room)
+keeps the session's room input linked to the caller who joined last among those still in the room:
 - a caller joins: the agent listens to them from then on;
 - the caller it listens to leaves, for any reason: it listens to the newest caller still there; if none is
-  left, `on_empty()` runs (the worker ends the job, so the agent leaves the room).
+  left, it waits in the room for the next one. LiveKit closes a room that holds only agents after its
+  departure timeout (scripts/local/livekit.yaml: 5 s; LiveKit's default 20 s), which disconnects the agent
+  and ends the job.
 A caller is a remote participant of a kind LiveKit's room input accepts (standard, SIP, connector); agents are
-not callers. The session's room options turn LiveKit's own close-on-disconnect off (`agent.voice.room_options`):
-this module decides when the call is over.
+not callers. The session's room options turn LiveKit's own close-on-disconnect off (`agent.voice.room_options`).
 
 Why: LiveKit links the session to the first caller and, when that caller goes, waits for the same identity
-to come back (and closes the session only for a few disconnect reasons). A person whose tab crashed and who
-joins the same named room again gets a new identity, while their old connection lingers until the server
-times it out (~20 s). The agent kept listening to the silent old connection, then to nobody, and the person
-sat in a silent call until they left. With the newest caller followed they are heard at once.
+to come back. A person who joins the same named room again gets a new identity:
+- after their tab died, their old connection lingers until the server times it out (~20 s): the agent kept
+  listening to that silent connection, then to nobody;
+- after pressing Leave, LiveKit closed the session at once while the agent stayed in the room until it
+  closed, and a room is dispatched an agent only when it is created: a Join within those seconds found an
+  agent that no longer listened.
+Either way the person sat in a silent call. Following the newest caller, and staying until the room closes,
+they are heard at once.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from livekit import rtc
@@ -42,8 +46,8 @@ def is_caller(participant: rtc.RemoteParticipant) -> bool:
 class CallerFollower:
     """Links `room_io` (the session's `RoomIO`) to the newest caller; see the module docstring."""
 
-    def __init__(self, room: rtc.Room, room_io: Any, on_empty: Callable[[], None]) -> None:
-        self.room, self.room_io, self.on_empty = room, room_io, on_empty
+    def __init__(self, room: rtc.Room, room_io: Any) -> None:
+        self.room, self.room_io = room, room_io
         self.joined: list[str] = [p.identity for p in room.remote_participants.values() if is_caller(p)]
         self.linked: str | None = None
         room.on("participant_connected", self._on_joined)
@@ -72,15 +76,14 @@ class CallerFollower:
             self._link(self.joined[-1])
         else:
             self.linked = None
-            logger.info("room %s: the last caller left, ending the call", self.room.name)
-            self.on_empty()
+            logger.info("room %s: the last caller left; waiting for the next until the room closes", self.room.name)
 
     def detach(self) -> None:
         self.room.off("participant_connected", self._on_joined)
         self.room.off("participant_disconnected", self._on_left)
 
 
-def follow_callers(room: rtc.Room, session: Any, on_empty: Callable[[], None]) -> CallerFollower | None:
+def follow_callers(room: rtc.Room, session: Any) -> CallerFollower | None:
     """Start following; None (LiveKit's first-caller link, warned once) where the session's RoomIO is gone."""
     room_io = livekit_internals.session_room_io(session)
-    return None if room_io is None else CallerFollower(room, room_io, on_empty)
+    return None if room_io is None else CallerFollower(room, room_io)

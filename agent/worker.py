@@ -12,8 +12,8 @@
 - Remote engine: with `TTS_ENGINE_URL` set, no model is loaded here; synthesis goes over HTTP to
   `python -m tts_engine serve` (for deployments that put TTS on its own GPU).
 - Each job: connect (audio only), build `agent.voice.Call` with our audio output publishing its own
-  track, start the AgentSession on the room, follow the newest caller in it (`agent.callers`: the job ends
-  when the last caller leaves), write traces to `TRACES_DIR`.
+  track, start the AgentSession on the room, follow the newest caller in it (`agent.callers`; the job ends
+  when LiveKit closes the room), write traces to `TRACES_DIR`.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ async def entrypoint(ctx: JobContext) -> None:
 
     ctx.add_shutdown_callback(on_shutdown)
     await call.start(room=ctx.room)
-    follow_callers(ctx.room, call.session, on_empty=lambda: ctx.shutdown(reason="the last caller left"))
+    follow_callers(ctx.room, call.session)  # the job ends when LiveKit closes the room (agent/callers.py)
     await ctx.room.local_participant.set_attributes(voice_attributes(cfg))
     logger.info("call %s started in room %s", call.session_id, ctx.room.name)
 

@@ -1,8 +1,11 @@
-"""Callers coming and going in one room, on LiveKit's own server with the real worker (agent/callers.py): the
-agent hears the caller who joined last, at once, while an older connection is still in the room (a person
-rejoining a named room after their tab died, whose old connection the server drops only ~20 s later), goes
-back to the caller still there when that one leaves, and ends the call when the last caller leaves. Before,
-the agent stayed linked to the first caller and the newcomer sat in a silent call."""
+"""Callers coming and going in one named room, on LiveKit's own server with the real worker (agent/callers.py).
+The agent hears the caller who joined last at once, while an older connection is still in the room (a person
+rejoining after their tab died: the server drops the old connection only ~20 s later). When that caller
+leaves it goes back to the one still there. When the last one leaves it waits in the room, so a person who
+presses Leave and Join again is heard (LiveKit dispatches an agent only when it creates a room, and the left
+room lives on for its departure timeout). The job ends when LiveKit closes the empty room. Before (checked at
+5c26028), the agent stayed linked to the first caller, and a Join 1 s after a Leave found an agent whose session
+LiveKit had closed on the Leave: a silent call both times."""
 
 from __future__ import annotations
 
@@ -19,42 +22,50 @@ from agent.tools.callbench.stack import LocalStack
 pytestmark = pytest.mark.call
 
 
-async def heard(caller: RtcCaller, after: int, timeout: float = 45.0) -> None:
-    """Wait until the agent published a transcript of this caller's words beyond the first `after`."""
-    me = caller.room.local_participant.identity
-    deadline = time.monotonic() + timeout
-    while sum(who == me for who, _ in caller.transcripts) <= after:
-        assert time.monotonic() < deadline, f"no transcript of {me}'s words: {caller.transcripts}"
-        await asyncio.sleep(0.25)
-
-
 def transcribed(caller: RtcCaller) -> int:
+    """How many of this caller's utterances the agent transcribed (it publishes them under the caller's name)."""
     return sum(who == caller.room.local_participant.identity for who, _ in caller.transcripts)
 
 
-async def test_the_newest_caller_is_heard_and_the_last_one_leaving_ends_the_call(
+async def heard(caller: RtcCaller, after: int = 0, timeout: float = 45.0) -> None:
+    deadline = time.monotonic() + timeout
+    while transcribed(caller) <= after:
+        assert time.monotonic() < deadline, f"the agent never heard {caller.room.local_participant.identity}"
+        await asyncio.sleep(0.25)
+
+
+async def test_the_newest_caller_is_heard_and_a_rejoin_after_leave_finds_the_agent(
     stack: LocalStack, question_wav: Path
 ) -> None:
     room = f"callers-{secrets.token_hex(3)}"
-    first: RtcCaller | None = await RtcCaller.join(stack.page_url, room, question_wav)
-    second: RtcCaller | None = None
-    assert first is not None
+    callers: list[RtcCaller] = []
+
+    async def join() -> RtcCaller:
+        callers.append(await RtcCaller.join(stack.page_url, room, question_wav))
+        return callers[-1]
+
+    async def leave(caller: RtcCaller) -> None:
+        callers.remove(caller)
+        await caller.aclose()
+
     try:
+        first = await join()
         await asyncio.wait_for(first.agent_joined.wait(), 60)
-        await heard(first, 0)
-        second = await RtcCaller.join(stack.page_url, room, question_wav)  # the first one's connection stays
-        await heard(second, 0)  # the agent listens to the newcomer now
+        await heard(first)
+        second = await join()  # the first one's connection stays in the room
+        await heard(second)  # the agent listens to the newcomer now
         before = transcribed(first)
-        await second.aclose()
-        second = None
-        await heard(first, before)  # and back to the caller still in the room
-        last, first = first, None
-        await last.aclose()
-        deadline = time.monotonic() + 20
-        while worker_jobs(stack.ports["AGENT_HTTP_PORT"]) > 0:  # the job ends with its last caller
-            assert time.monotonic() < deadline, "the call did not end when its last caller left"
+        await leave(second)
+        await heard(first, before)  # and back to the caller still there
+        await leave(first)  # Leave ...
+        await asyncio.sleep(1.0)
+        third = await join()  # ... and Join the same room before LiveKit closes it
+        await heard(third)
+        await leave(third)
+        deadline = time.monotonic() + 30
+        while worker_jobs(stack.ports["AGENT_HTTP_PORT"]) > 0:  # LiveKit closes the room: the job ends
+            assert time.monotonic() < deadline, "the job outlived its room"
             await asyncio.sleep(0.25)
     finally:
-        for caller in (first, second):
-            if caller is not None:
-                await caller.aclose()
+        for caller in callers:
+            await caller.aclose()
