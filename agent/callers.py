@@ -78,10 +78,6 @@ class CallerFollower:
             self.linked = None
             logger.info("room %s: the last caller left; waiting for the next until the room closes", self.room.name)
 
-    def detach(self) -> None:
-        self.room.off("participant_connected", self._on_joined)
-        self.room.off("participant_disconnected", self._on_left)
-
 
 def follow_callers(room: rtc.Room, session: Any) -> CallerFollower | None:
     """Start following; None (LiveKit's first-caller link, warned once) where the session's RoomIO is gone."""
