@@ -52,31 +52,29 @@ class CallerFollower:
         self.linked: str | None = None
         room.on("participant_connected", self._on_joined)
         room.on("participant_disconnected", self._on_left)
-        if self.joined:
-            self._link(self.joined[-1])
+        self._follow()
 
-    def _link(self, identity: str) -> None:
-        if identity != self.linked:
-            self.linked = identity
-            self.room_io.set_participant(identity)
-            logger.info("room %s: listening to %s", self.room.name, identity)
+    def _follow(self) -> None:
+        """Link the newest caller still here (the one linked already: nothing to do)."""
+        newest = self.joined[-1] if self.joined else None
+        if newest == self.linked:
+            return
+        self.linked = newest
+        if newest is None:
+            logger.info("room %s: the last caller left; waiting for the next until the room closes", self.room.name)
+        else:
+            self.room_io.set_participant(newest)
+            logger.info("room %s: listening to %s", self.room.name, newest)
 
     def _on_joined(self, participant: rtc.RemoteParticipant) -> None:
         if is_caller(participant):
             self.joined = [i for i in self.joined if i != participant.identity] + [participant.identity]
-            self._link(participant.identity)
+            self._follow()
 
     def _on_left(self, participant: rtc.RemoteParticipant) -> None:
-        if participant.identity not in self.joined:
-            return
-        self.joined.remove(participant.identity)
-        if participant.identity != self.linked:
-            return
-        if self.joined:
-            self._link(self.joined[-1])
-        else:
-            self.linked = None
-            logger.info("room %s: the last caller left; waiting for the next until the room closes", self.room.name)
+        if participant.identity in self.joined:
+            self.joined.remove(participant.identity)
+            self._follow()
 
 
 def follow_callers(room: rtc.Room, session: Any) -> CallerFollower | None:

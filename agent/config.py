@@ -13,12 +13,14 @@ from dataclasses import dataclass
 from agent.local.defaults import LOCAL_LLM_MODEL, local_livekit_url, local_llm_url
 from tts_engine.env import ConfigError, Env
 
+QUIET_DB = -50.0  # the VAD's quiet gate (agent/vad.py): the page's end-of-speech level (web/stats.js)
+
 
 def quiet_db(env: Env) -> float | None:
     """`VAD_QUIET_DB`: a level in dBFS (-120..-20), or "off" (Silero alone decides what is silence)."""
     raw = env.raw("VAD_QUIET_DB")
     if raw is None:
-        return -50.0
+        return QUIET_DB
     if raw.lower() == "off":
         return None
     try:
@@ -49,7 +51,7 @@ class AgentConfig:
     llm_max_history_items: int = 24  # chat items sent per request; older turns are dropped (prompt stays short)
     llm_temperature: float = 0.3
     vad_silence_ms: int = 224  # seven Silero windows of silence (agent/vad.py; docs/agent.md says why 224)
-    vad_quiet_db: float | None = -50.0  # a Silero window quieter than this is silence (agent/vad.py); None = off
+    vad_quiet_db: float | None = QUIET_DB  # a Silero window quieter than this is silence (agent/vad.py); None = off
     # the caller's audio reaches the session (and so the VAD) in frames this long: LiveKit's default of 50 ms adds
     # up to 50 ms before the VAD sees the end of speech; 20 is one Opus packet
     input_frame_ms: int = 20

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import platform
 import subprocess
 import sys
@@ -178,7 +177,7 @@ def run(
         "device": device(),
         "versions": versions(),
         "config": {"turns": turns, "gap_s": gap_s, "vad_hangover_ms": hangover_ms, "llm_max_tokens": 40,
-                   "tts_text_input": text_input, "vad_quiet_db": quiet_db(Env(os.environ))},  # the worker's env
+                   "tts_text_input": text_input, "vad_quiet_db": quiet_db(Env(stack.env))},  # the worker's
         "counts": {
             "questions": turns,
             "transcripts": len(heard),  # final user transcripts shown on the page
@@ -215,8 +214,11 @@ def run(
 
 
 def vad_line(config: dict[str, Any]) -> str:
-    gate = config.get("vad_quiet_db", "not recorded")  # runs before 2026-11-27 evening: Silero alone
-    gate_text = "off (Silero alone)" if gate is None else gate if isinstance(gate, str) else f"{gate:g} dBFS"
+    if "vad_quiet_db" not in config:  # runs before 2026-11-27 evening: Silero alone, not recorded
+        gate_text = "not recorded"
+    else:
+        gate = config["vad_quiet_db"]
+        gate_text = "off (Silero alone)" if gate is None else f"{gate:g} dBFS"
     return f"Agent VAD: hangover {config['vad_hangover_ms']:g} ms, quiet gate {gate_text} (agent/vad.py)."
 
 
