@@ -14,6 +14,7 @@ from agent.local.defaults import LOCAL_LLM_MODEL, local_livekit_url, local_llm_u
 from tts_engine.env import ConfigError, Env
 
 QUIET_DB = -50.0  # the VAD's quiet gate (agent/vad.py): the page's end-of-speech level (web/stats.js)
+STT_EARLY_MS = 64  # silence inside a speech after which it goes to STT (agent/early_stt.py; docs/agent.md: why 64)
 
 
 def quiet_db(env: Env) -> float | None:
@@ -30,6 +31,20 @@ def quiet_db(env: Env) -> float | None:
     if not -120.0 <= value <= -20.0:  # also false for nan
         raise ConfigError(f"VAD_QUIET_DB={raw!r} is not allowed (allowed: a level in dBFS from -120 to -20, or off)")
     return value
+
+
+def stt_early_ms(env: Env) -> int | None:
+    """`STT_EARLY_MS`: silence in ms inside a speech after which it is sent to STT (32..2000), or "off" (at the end of
+    the turn, as LiveKit's adapter does). agent/early_stt.py."""
+    raw = env.raw("STT_EARLY_MS")
+    if raw is None:
+        return STT_EARLY_MS
+    if raw.lower() == "off":
+        return None
+    if not (raw.strip().isdigit() and 32 <= int(raw) <= 2000):
+        allowed = "milliseconds of silence from 32 to 2000, or off"
+        raise ConfigError(f"STT_EARLY_MS={raw!r} is not allowed (allowed: {allowed})")
+    return int(raw)
 
 
 @dataclass(frozen=True)
@@ -52,6 +67,7 @@ class AgentConfig:
     llm_temperature: float = 0.3
     vad_silence_ms: int = 224  # seven Silero windows of silence (agent/vad.py; docs/agent.md says why 224)
     vad_quiet_db: float | None = QUIET_DB  # a Silero window quieter than this is silence (agent/vad.py); None = off
+    stt_early_ms: int | None = STT_EARLY_MS  # the utterance goes to STT at a pause this long; None = at the turn's end
     # the caller's audio reaches the session (and so the VAD) in frames this long: LiveKit's default of 50 ms adds
     # up to 50 ms before the VAD sees the end of speech; 20 is one Opus packet
     input_frame_ms: int = 20
@@ -114,6 +130,7 @@ class AgentConfig:
             llm_temperature=env.float("LLM_TEMPERATURE", 0.3, lo=0.0, hi=2.0),
             vad_silence_ms=env.int("VAD_SILENCE_MS", 224, lo=50, hi=5000),
             vad_quiet_db=quiet_db(env),
+            stt_early_ms=stt_early_ms(env),
             input_frame_ms=int(env.choice("INPUT_FRAME_MS", "20", ("10", "20", "30", "40", "50"))),
             tts_frame_ms=int(env.choice("TTS_FRAME_MS", "20", ("10", "20", "40"))),
             min_endpointing=env.float("MIN_ENDPOINTING", 0.2, lo=0.0, hi=10.0),

@@ -92,6 +92,7 @@ class DuplexController:
         self._speeches: dict[str, _Speech] = {}
         self._stt_seq = 0
         self._pending_stt: dict[int, float] = {}
+        self._pending_stt_outcome: dict[int, Callable[[], None]] = {}
 
     # -- state machine -----------------------------------------------------------------------
     def transition(self, new: State, reason: str) -> bool:
@@ -132,6 +133,9 @@ class DuplexController:
             turn.mark("stt_request", pending)
         if self.state in (State.LISTENING, State.INTERRUPTING):
             self.transition(State.THINKING, "user turn ended")
+        outcome = self._pending_stt_outcome.pop(turn.index, None)
+        if outcome is not None:
+            outcome()
         return turn
 
     def on_stt_request(self, t: float) -> None:
@@ -143,6 +147,22 @@ class DuplexController:
             cur.mark("stt_request", t)
         else:
             self._pending_stt[self._stt_seq] = t
+
+    def after_stt_turn_opens(self, outcome: Callable[[], None]) -> None:
+        """Run `outcome` (what an STT failure or an empty transcript does to the turn) once the turn of the latest
+        STT request is open: a transcription sent at the pause (agent/early_stt.py) can end before its
+        END_OF_SPEECH reaches us."""
+        cur = self.collector.current
+        if cur is not None and cur.index >= self._stt_seq:
+            outcome()
+        else:
+            self._pending_stt_outcome[self._stt_seq] = outcome
+
+    def on_stt_result(self, text: str) -> None:
+        """An utterance transcribed to nothing (noise, a cough): the framework drops the empty transcript, so no
+        event would say so, and the turn would stay THINKING until the next one."""
+        if not text.strip():
+            self.after_stt_turn_opens(lambda: self.on_transcript(""))
 
     def on_transcript(self, text: str) -> None:
         cur = self.collector.current

@@ -14,6 +14,10 @@ back to listening (the observer may speak a short apology), so a failed utteranc
 transcript (dropped by the framework) and its error event is marked recoverable; otherwise
 `max_unrecoverable_errors` consecutive failures would close the whole call. The failure is logged once,
 with the turn id, by the observer.
+
+`recognize` = `report_request` + `attempt` + `settle`. The early transcriber (agent/early_stt.py) calls the
+three apart: it attempts an utterance at a pause, before the turn has ended, and reports to the observer only
+the attempt the turn uses, so the observer sees exactly one request and one outcome per turn either way.
 """
 
 from __future__ import annotations
@@ -55,15 +59,17 @@ DEFAULT_PROMPT = (
 class STTObserver:
     """Hooks for tracing and failure handling; all optional, all called on the session's loop."""
 
-    on_request: Callable[[float], None] | None = None
+    on_request: Callable[[float], None] | None = None  # perf_counter time the utterance was sent
     on_failure: Callable[[Exception], None] | None = None
+    on_result: Callable[[str], None] | None = None  # the transcript (the framework drops an empty one unseen)
 
 
 class ObservedSTT(stt.STT):
     """A non-streaming `stt.STT` whose failures never end the call (see the module docstring).
 
     Subclasses implement `_recognize_impl`; this class calls the observer once per utterance
-    (`on_request` before, `on_failure` on an error) and turns a failure into an empty final transcript.
+    (`on_request` when it is sent, then `on_failure` or `on_result`) and turns a failure into an empty final
+    transcript.
     """
 
     def __init__(self, *, observer: STTObserver | None = None) -> None:
@@ -81,17 +87,40 @@ class ObservedSTT(stt.STT):
         language: NotGivenOr[str] = NOT_GIVEN,
         conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS,
     ) -> stt.SpeechEvent:
-        # once per utterance (retries do not move the trace point)
-        if self.observer.on_request is not None:
-            self.observer.on_request(time.perf_counter())
+        self.report_request(time.perf_counter())  # once per utterance (retries do not move the trace point)
+        outcome = await self.attempt(buffer, language=language, conn_options=conn_options)
+        return self.settle(outcome, language)
+
+    async def attempt(
+        self,
+        buffer: utils.AudioBuffer,
+        *,
+        language: NotGivenOr[str] = NOT_GIVEN,
+        conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS,
+    ) -> stt.SpeechEvent | Exception:
+        """Transcribe one utterance (LiveKit's retries and metrics included) without telling the observer:
+        the final transcript, or the error it failed with."""
         try:
             return await super().recognize(buffer, language=language, conn_options=conn_options)
         except Exception as exc:
+            return exc
+
+    def report_request(self, requested_at: float) -> None:
+        if self.observer.on_request is not None:
+            self.observer.on_request(requested_at)
+
+    def settle(self, outcome: stt.SpeechEvent | Exception, language: NotGivenOr[str]) -> stt.SpeechEvent:
+        """The outcome of an utterance the turn uses, told to the observer; a failure becomes an empty
+        transcript."""
+        if isinstance(outcome, Exception):
             if self.observer.on_failure is not None:
-                self.observer.on_failure(exc)
+                self.observer.on_failure(outcome)
             else:
-                logger.error("speech recognition failed: %s", exc)
+                logger.error("speech recognition failed: %s", outcome)
             return final_transcript("", "", language)
+        if self.observer.on_result is not None:
+            self.observer.on_result(outcome.alternatives[0].text if outcome.alternatives else "")
+        return outcome
 
 
 class OmniSTT(ObservedSTT):

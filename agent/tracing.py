@@ -3,8 +3,10 @@
 Contract (schema in traces/README.md, `schema: 1`):
 - All points are `time.perf_counter()` seconds on this host (the engine's `Packet.t_ready` uses the same
   clock), stored relative to the turn's t0 = `vad_speech_end`. A turn is opened when the user turn ends,
-  so every point except `vad_speech_start` (the user's speech, before t0) is >= 0, and the nine points
-  are non-decreasing in `POINTS` order on a healthy turn.
+  so every point except `vad_speech_start` (the user's speech, before t0) and `stt_request` is >= 0, and the
+  nine points are non-decreasing in `POINTS` order on a healthy turn, except `stt_request`: the early
+  transcriber (agent/early_stt.py) sends the utterance at the pause, so it may lie before t0 (never before
+  `vad_speech_start` nor after `stt_done`).
 - The first mark of a point wins (a retried STT request does not move `stt_request`).
 - `TraceCollector.finish(turn)` appends the record to `<traces_dir>/<UTC date>.jsonl` (one lock per
   process, since THREAD-executor sessions share the file) and keeps it in memory for the simulator.
@@ -106,11 +108,14 @@ class TurnTrace:
         return None if t is None else t - self.t0
 
     def complete(self) -> bool:
-        """All nine points present and non-decreasing in POINTS order (so no segment is negative)."""
+        """All nine points present and in order: non-decreasing in POINTS order, except that `stt_request` may
+        precede `vad_speech_end` (sent at the pause: see the module docstring)."""
         if any(p not in self.points for p in POINTS):
             return False
-        values = [self.points[p] for p in POINTS]
-        return all(b >= a for a, b in zip(values, values[1:], strict=False))
+        values = [self.points[p] for p in POINTS if p != "stt_request"]
+        in_order = all(b >= a for a, b in zip(values, values[1:], strict=False))
+        points = self.points
+        return in_order and points["vad_speech_start"] <= points["stt_request"] <= points["stt_done"]
 
     def to_record(self) -> dict[str, Any]:
         points = {p: round(self.points[p] - self.t0, 6) for p in POINTS if p in self.points}

@@ -3,8 +3,9 @@
 `Call(cfg, vad=, backend=)` builds: TraceCollector + DuplexController, RtcAudioOutput (owns the
 AudioSource), OmniSTT, the vLLM LLM (+ continuation LLM), QwenTTS over the engine backend, and
 `VoiceAgent`, whose node overrides put the trace points and the cancel registry in the data path:
-- `stt_node` wraps the default (VAD + StreamAdapter): START/END_OF_SPEECH and the final transcript
-  drive `vad_speech_start`, `vad_speech_end` (opens the turn) and `stt_done`.
+- `stt_node` wraps the default (VAD + EarlyTranscriber, or LiveKit's StreamAdapter with `STT_EARLY_MS=off`):
+  START/END_OF_SPEECH and the final transcript drive `vad_speech_start`, `vad_speech_end` (opens the turn) and
+  `stt_done`.
 - `llm_node` marks `llm_request` / `llm_first_token`, registers the stream for the cascade, resumes a
   capped answer (agent/llm.py) and turns an LLM failure into a short spoken apology (logged once with
   the turn id), so the call stays responsive and the framework's error counter resets.
@@ -53,6 +54,7 @@ from agent import livekit_internals
 from agent.config import AgentConfig
 from agent.cut_notice import CutNotice
 from agent.duplex import DuplexController
+from agent.early_stt import EarlyTranscriber
 from agent.engine_client import TTSBackend
 from agent.llm import build_llm, history_for_request, llm_client, stream_with_continuation
 from agent.output import FrameRecord, RtcAudioOutput
@@ -252,7 +254,10 @@ class Call:
         self.controller.output = self.output
         self.cut_notice: CutNotice | None = None
         self.errors: list[str] = []
-        stt_observer = STTObserver(on_request=self._stt_request, on_failure=self._stt_failed)
+        controller = self.controller
+        stt_observer = STTObserver(
+            on_request=controller.on_stt_request, on_failure=self._stt_failed, on_result=controller.on_stt_result
+        )
         self.stt: OmniSTT | ObservedSTT
         if cfg.stt_base_url:
             self.stt = OmniSTT(
@@ -275,8 +280,11 @@ class Call:
         self.agent = VoiceAgent(self)
         warmup = cfg.aec_warmup_s if aec_warmup_s is None else aec_warmup_s
         retry = dict(max_retry=cfg.api_max_retry, retry_interval=0.3)
+        # the session's STT: the utterance goes to STT at the pause that may end the turn (agent/early_stt.py)
+        early = cfg.stt_early_ms
+        session_stt = self.stt if early is None else EarlyTranscriber(stt=self.stt, vad=vad, early_ms=early)
         self.session: AgentSession = AgentSession(
-            stt=self.stt,
+            stt=session_stt,
             vad=vad,
             llm=self.llm,
             tts=self.tts,
@@ -301,7 +309,6 @@ class Call:
         )
         self.session.on("speech_created", self._on_speech_created)
         self.session.on("user_state_changed", self._on_user_state)
-        self._tap_empty_transcripts(self.stt)
         self._apology_pending = self._apology_owed = False
 
     # -- wiring ------------------------------------------------------------------------------
@@ -318,24 +325,10 @@ class Call:
         if fut is not None:
             fut.add_done_callback(lambda _f, key=handle.id: controller.on_speech_interrupted(key))
 
-    def _tap_empty_transcripts(self, engine: stt.STT) -> None:
-        """Tell the controller when an utterance is transcribed to nothing (noise, a cough): the framework
-        drops an empty final transcript, so no event says so, and the controller stayed THINKING (LiveKit:
-        listening) until the next user turn. Wraps the public `recognize` of this call's own STT object."""
-        recognize = engine.recognize
-
-        async def tapped(*args: Any, **kwargs: Any) -> stt.SpeechEvent:
-            ev = await recognize(*args, **kwargs)
-            if not (ev.alternatives and ev.alternatives[0].text.strip()):
-                self.controller.on_transcript("")
-            return ev
-
-        engine.recognize = tapped  # type: ignore[method-assign]
-
-    def _stt_request(self, t: float) -> None:
-        self.controller.on_stt_request(t)
-
     def _stt_failed(self, exc: Exception) -> None:
+        self.controller.after_stt_turn_opens(lambda: self._stt_failed_in_turn(exc))
+
+    def _stt_failed_in_turn(self, exc: Exception) -> None:
         turn = self.collector.current
         turn_id = turn.turn_id if turn is not None else "-"
         line = f"stt: {type(exc).__name__}: {exc}"

@@ -118,3 +118,14 @@ def test_every_variable_read_is_documented_in_env_example(module: str) -> None:
     assert read, f"found no variable reads in {module}"
     missing = sorted(read - _env_example_keys())
     assert not missing, f".env.example lacks {missing} (read by {module})"
+
+
+@pytest.mark.parametrize(("value", "early_ms"), [("", 64), ("96", 96), ("off", None), (" Off ", None)])
+def test_stt_early_ms_is_a_silence_or_off(value: str, early_ms: int | None) -> None:
+    assert AgentConfig.from_env({"STT_EARLY_MS": value}).stt_early_ms == early_ms
+
+
+@pytest.mark.parametrize("value", ["10", "soon", "2001", "-64", "64.5"])
+def test_stt_early_ms_names_what_is_allowed(value: str) -> None:
+    with pytest.raises(ConfigError, match=rf"STT_EARLY_MS='{value}' is not allowed \(allowed: milliseconds of silence"):
+        AgentConfig.from_env({"STT_EARLY_MS": value})

@@ -89,6 +89,21 @@ def test_stt_request_before_turn_opens_is_kept_for_that_turn() -> None:
     assert turn.points["stt_request"] == 100.0
 
 
+def test_an_stt_outcome_before_its_turn_opens_waits_for_it() -> None:
+    """agent/early_stt.py: an utterance sent at the pause can be transcribed to nothing before its END_OF_SPEECH
+    reaches the controller; the empty transcript then ends that turn, not the one before."""
+    controller, _ = make()
+    controller.on_user_speech_started(99.0)
+    controller.on_stt_request(99.8)  # sent at the pause, inside the hangover
+    controller.on_stt_result("   ")
+    assert controller.state is State.LISTENING and controller.collector.current is None  # nothing to end yet
+    turn = controller.on_user_turn_ended(100.0)
+    assert controller.state is State.LISTENING  # THINKING, then back: the empty transcript ended this turn
+    assert turn.points["stt_request"] == 99.8 and turn.has("stt_done")
+    controller.on_stt_result("hello")  # a transcript with words changes nothing here: its event does
+    assert controller.state is State.LISTENING
+
+
 def test_empty_transcript_goes_back_to_listening() -> None:
     controller, _ = make()
     controller.on_user_turn_ended()

@@ -91,15 +91,15 @@ async def test_the_apology_waits_for_the_sessions_own_vad_to_end_the_turn() -> N
     call = Call(fast_config("http://127.0.0.1:9/v1"), vad=EnergyVAD(), backend=ScriptedBackend(), traces_dir=None)
     real_session, call.session = call.session, _SaySpy("speaking")  # type: ignore[assignment]
     try:
-        call._stt_failed(RuntimeError("down"))
-        call._stt_failed(RuntimeError("down again"))  # a second failure meanwhile owes no second apology
+        call._stt_failed_in_turn(RuntimeError("down"))
+        call._stt_failed_in_turn(RuntimeError("down again"))  # a second failure meanwhile owes no second apology
         assert call.session.said == [] and call.apology_pending
         call._on_user_state(SimpleNamespace(old_state="speaking", new_state="listening"))
         call._on_user_state(SimpleNamespace(old_state="listening", new_state="speaking"))
         assert call.session.said == [call.cfg.apology_text]
         spy = _SaySpy("listening")  # the usual order: the session's VAD ended first, so it is said at once
         call.session, call._apology_pending = spy, False  # type: ignore[assignment]
-        call._stt_failed(RuntimeError("down"))
+        call._stt_failed_in_turn(RuntimeError("down"))
         assert spy.said == [call.cfg.apology_text]
     finally:
         call.session = real_session

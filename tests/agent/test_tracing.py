@@ -92,3 +92,20 @@ def test_empty_traces_dir_writes_nothing(tmp_path, monkeypatch) -> None:  # type
     collector = TraceCollector("s", traces_dir="")
     collector.finish(collector.open_turn())
     assert list(tmp_path.iterdir()) == [] and len(collector.records) == 1
+
+
+def test_stt_sent_at_the_pause_may_precede_the_end_of_the_turn() -> None:
+    """agent/early_stt.py sends the utterance before the hangover is over: stt_request < t0 is in order, as long
+    as it lies inside the user's speech .. transcript span."""
+    collector = TraceCollector("s", traces_dir=None)
+    collector.speech_started(9.0)
+    turn = collector.open_turn(10.0)
+    turn.mark("stt_request", 9.85)
+    for i, point in enumerate(POINTS[3:], start=1):
+        turn.mark(point, 10.0 + i * 0.01)
+    assert turn.complete()
+    assert turn.to_record()["segments_ms"]["vad_to_stt"] == pytest.approx(-150.0)
+    turn.points["stt_request"] = 8.5  # before the speech began: not a request for this turn
+    assert not turn.complete()
+    turn.points["stt_request"] = 10.02  # after its own transcript
+    assert not turn.complete()

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from agent.config import AgentConfig, quiet_db
+from agent.config import AgentConfig, quiet_db, stt_early_ms
 from agent.tools.callbench.browser import BrowserCall
 from agent.tools.callbench.measure import match_barge_ins, match_turns
 from agent.tools.callbench.speech import RATE, speak
@@ -167,7 +167,8 @@ def run(
     barge_rows = match_barge_ins(snap["log"], traces, snap.get("cuts", []))
     answered = [t for t in traces if t["outcome"] in ("answered", "interrupted")]
 
-    keys = ("response_ms", "voice_to_voice_ms", "vad_end_lag_ms", "stt_ms", "llm_ttft_ms", "tts_first_packet_ms",
+    keys = ("response_ms", "voice_to_voice_ms", "vad_end_lag_ms", "stt_ms", "stt_after_end_ms", "llm_ttft_ms",
+            "tts_first_packet_ms",
             "server_e2e_ms", "publish_to_heard_ms", "overhead_ms", "vad_to_stt_ms", "stt_to_llm_ms", "bridge_ms",
             "tts_first_to_publish_ms", "playout_gap_ms")  # fmt: skip
     report = {
@@ -177,7 +178,8 @@ def run(
         "device": device(),
         "versions": versions(),
         "config": {"turns": turns, "gap_s": gap_s, "vad_hangover_ms": hangover_ms, "llm_max_tokens": 40,
-                   "tts_text_input": text_input, "vad_quiet_db": quiet_db(Env(stack.env))},  # the worker's
+                   "tts_text_input": text_input, "vad_quiet_db": quiet_db(Env(stack.env)),  # the worker's
+                   "stt_early_ms": stt_early_ms(Env(stack.env))},
         "counts": {
             "questions": turns,
             "transcripts": len(heard),  # final user transcripts shown on the page
@@ -219,7 +221,12 @@ def vad_line(config: dict[str, Any]) -> str:
     else:
         gate = config["vad_quiet_db"]
         gate_text = "off (Silero alone)" if gate is None else f"{gate:g} dBFS"
-    return f"Agent VAD: hangover {config['vad_hangover_ms']:g} ms, quiet gate {gate_text} (agent/vad.py)."
+    line = f"Agent VAD: hangover {config['vad_hangover_ms']:g} ms, quiet gate {gate_text} (agent/vad.py)."
+    if "stt_early_ms" in config:  # recorded since the early transcriber (2026-11-27, night)
+        early = config["stt_early_ms"]
+        when = "at the end of the turn" if early is None else f"at a pause of {early} ms"
+        line += f" STT sent {when} (agent/early_stt.py)."
+    return line
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -263,7 +270,9 @@ def markdown(report: dict[str, Any]) -> str:
         f"{report['targets']['barge_in_p95_ms']:.0f} ms: {v['barge_in_p95_ms']}.",
         "",
         "response = browser end of speech (its energy VAD + the agent's hangover) -> first agent audio heard; "
-        "overhead = response - (STT + LLM first token + TTS first packet); vad_end_lag = the agent's VAD end of "
+        "overhead = response - (STT after the turn's end + LLM first token + TTS first packet); stt_after_end = "
+        "the part of the STT's time (stt) after the agent's end of turn, less when it was sent at a pause; "
+        "vad_end_lag = the agent's VAD end of "
         "turn after the browser's; publish_to_heard = first frame into WebRTC -> heard at the browser.",
     ]
     return "\n".join(lines) + "\n"

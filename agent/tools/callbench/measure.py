@@ -4,7 +4,9 @@ Contract
 - `match_turns(log, traces)`: for each browser "turn" record (user end of speech -> first agent audio heard,
   Unix ms), the trace whose t0 (`vad_speech_end`) lies closest after the browser's end of speech (within
   5 s), and the breakdown: model times (STT, LLM first token, TTS first packet), the VAD hangover, and the
-  remainder = browser response - model times (what transport and framework add).
+  remainder = browser response - model times (what transport and framework add). STT counts from the turn's
+  end when it was sent earlier, at the pause (agent/early_stt.py): its time inside the hangover is not in the
+  response.
 - `match_barge_ins(log, traces)`: for each browser "barge_in" record, the agent's interruption decided
   after the user started talking and before the browser heard silence; `decision_to_silence_ms` is what
   the cancel path plus transport took, as heard; split at the trace's `audio_silenced` (the worker's queue
@@ -44,7 +46,10 @@ def match_turns(log: list[dict], traces: list[dict], *, hangover_ms: float) -> l
         stt, llm, tts = _seg(p, "stt_request", "stt_done"), _seg(p, "llm_request", "llm_first_token"), _seg(
             p, "tts_first_text", "tts_first_packet"
         )
-        models = sum(x for x in (stt, llm, tts) if x is not None)
+        # STT sent at the pause (agent/early_stt.py) ran partly inside the hangover: only what is left of it
+        # after the turn's end is in the response
+        stt_after_end = None if stt is None else min(stt, p["stt_done"] * 1000.0)
+        models = sum(x for x in (stt_after_end, llm, tts) if x is not None)
         published_ms = (trace["wall_t0"] + p["first_frame_published"]) * 1000.0
         out.append({
             "turn_id": trace["turn_id"],
@@ -52,7 +57,8 @@ def match_turns(log: list[dict], traces: list[dict], *, hangover_ms: float) -> l
             "voice_to_voice_ms": rec["turnGapMs"],  # browser: last voiced sound -> first agent audio heard
             "vad_hangover_ms": hangover_ms,
             "vad_end_lag_ms": lag,  # the agent's VAD end of turn, after the browser's (hangover included on both)
-            "stt_ms": stt,
+            "stt_ms": stt,  # request -> transcript
+            "stt_after_end_ms": stt_after_end,  # the part of it after the turn's end (the trace's t0)
             "llm_ttft_ms": llm,
             "tts_first_packet_ms": tts,
             "server_e2e_ms": _seg(p, "vad_speech_end", "first_frame_published"),
