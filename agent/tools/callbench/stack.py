@@ -4,7 +4,9 @@ Contract
 - `LocalStack(workdir, **env)`: nothing runs yet. Every production variable is set empty, so each part is
   its embedded default (agent/local/): LiveKit's own server, llama.cpp + SmolLM2, faster-whisper, the
   random-weight TTS checkpoint. A fresh key pair, its own run/, logs/ and traces/ under `workdir`, and
-  `ENV_FILE=/dev/null` so a developer's .env does not leak in. `env` overrides any variable.
+  `ENV_FILE=/dev/null` so a developer's .env does not leak in; of the service variables in the caller's
+  environment only the tuning knobs in `PASSED_THROUGH` reach it (so `STT_EARLY_MS=off python -m
+  agent.tools.callbench` is the A/B). `env` overrides any variable.
 - `start()` runs `start_all.sh start` and returns once the worker has registered with the LiveKit server
   (its log says so); on failure it raises with the start_all output and stops what started.
   `start(services=("livekit", "token"))` starts only those (the transport floor needs no worker).
@@ -28,6 +30,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]  # agent/tools/callbench/stack.py -> the repository
 PRODUCTION_VARIABLES = ("LIVEKIT_URL", "LLM_BASE_URL", "STT_BASE_URL", "TTS_DEEP_STREAM_MODEL_DIR", "TTS_ENGINE_URL")
+#: Worker tuning read from the caller's environment although its prefix marks it as a service's (A/B runs).
+PASSED_THROUGH = ("STT_EARLY_MS",)
 
 
 def free_port() -> int:
@@ -74,7 +78,11 @@ class LocalStack:
             "TOKEN_SERVER_PORT": free_port(),
             "AGENT_HTTP_PORT": free_port(),
         }
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("TTS_", "LLM_", "STT_", "LIVEKIT_"))}
+        self.env = {
+            k: v
+            for k, v in os.environ.items()
+            if k in PASSED_THROUGH or not k.startswith(("TTS_", "LLM_", "STT_", "LIVEKIT_"))
+        }
         self.env.update({name: "" for name in PRODUCTION_VARIABLES})
         self.env.update({k: str(v) for k, v in self.ports.items()})
         self.env.update(
