@@ -6,8 +6,10 @@ the AgentSession as its STT). Its streams emit what LiveKit's adapter emits, in 
 START_OF_SPEECH, END_OF_SPEECH, then the utterance's FINAL_TRANSCRIPT (none when it is empty). What differs is
 when the transcript is asked for:
 - once the VAD has counted `early_ms` of silence inside a speech (its `raw_accumulated_silence`, in whole 32 ms
-  windows: `early_ms` to the nearest window), the utterance so far is sent to STT in the background: START's
-  frames and every window since, i.e. the frames END would carry, less the rest of the hangover;
+  windows: `early_ms` to the nearest window; the VAD reports the count with the next window, so the utterance
+  goes at the end of that one: 96 ms after the speech for 64), the utterance so far is sent to STT in the
+  background: START's frames and every window since, i.e. the frames END would carry, less the rest of the
+  hangover;
 - a window of speech after that (the VAD's count of silence falls) cancels the attempt: the pause was not the
   end of the turn;
 - at END_OF_SPEECH the attempt is the utterance's transcript if no speech came after it was sent; otherwise
