@@ -9,6 +9,12 @@ The model is loaded once per process (thread-safe) and shared by every call, lik
 Loading and transcription run on one thread of their own at a lowered priority (`COMPUTE_NICE`; the threads
 CTranslate2 starts from it inherit it), so neither the event loop nor WebRTC's audio threads wait for the
 CPU while an utterance is transcribed. English only (tiny.en).
+
+Greedy decoding only (`temperature=0`): faster-whisper's default re-decodes an utterance at rising temperatures
+when its first pass looks unsure (low log-probability, repetition), which made some utterances take up to ~4x as
+long. Over callbench's ten questions, three runs each, twice (2026-11-27, this 2-core machine; a `/tmp` probe, not
+committed): P50 / P95 292 / 1,135 and 288 / 489 ms with the fallback (it re-decoded 3 of the 30 in the second),
+290 / 300 and 289 / 299 without; the question's key word heard in 29 and 30 of 30 with it, 30 and 30 without.
 """
 
 from __future__ import annotations
@@ -105,6 +111,11 @@ class WhisperSTT(ObservedSTT):
 
     def _transcribe(self, audio: np.ndarray) -> str:
         segments, _info = self._whisper.transcribe(
-            audio, language="en", beam_size=1, vad_filter=False, condition_on_previous_text=False
+            audio,
+            language="en",
+            beam_size=1,
+            temperature=0.0,  # greedy only: no fallback re-decoding at higher temperatures (module docstring)
+            vad_filter=False,
+            condition_on_previous_text=False,
         )
         return " ".join(s.text.strip() for s in segments).strip()

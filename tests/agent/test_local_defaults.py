@@ -79,6 +79,27 @@ def test_whisper_stt_hears_real_speech() -> None:
     assert "hear" in text, text
 
 
+def test_whisper_decodes_greedily_without_the_temperature_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    """faster-whisper's default re-decodes an unsure utterance at rising temperatures: up to ~4x the time on this
+    machine (agent/local/whisper_stt.py says how much). The worker asks for one greedy pass."""
+    from agent.local.whisper_stt import WhisperSTT
+
+    stt = WhisperSTT()
+    calls: list[dict] = []
+    real = stt._whisper.transcribe
+
+    def spy(audio, **options):  # type: ignore[no-untyped-def]
+        calls.append(options)
+        return real(audio, **options)
+
+    monkeypatch.setattr(stt._whisper, "transcribe", spy)
+    pcm = np.concatenate([np.zeros(4800, np.int16), speak("Who wrote Romeo and Juliet?"), np.zeros(24_000, np.int16)])
+    event = asyncio.run(stt.recognize([rtc.AudioFrame(pcm.tobytes(), 48_000, 1, len(pcm))]))
+    assert "wrote" in event.alternatives[0].text.lower()
+    (options,) = calls
+    assert options["temperature"] == 0.0 and options["beam_size"] == 1
+
+
 def test_embedded_models_compute_at_a_lowered_priority(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Whisper loads and transcribes on its own thread, and llama.cpp's server process runs, at COMPUTE_NICE
     above the caller: WebRTC's audio threads must not wait behind them for the CPU."""
