@@ -7,44 +7,55 @@ in the worker. The `*_default` fields say which defaults are in use, for preflig
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from agent.local.defaults import LOCAL_LLM_MODEL, local_livekit_url, local_llm_url
 from tts_engine.env import ConfigError, Env
+
+T = TypeVar("T")
 
 QUIET_DB = -50.0  # the VAD's quiet gate (agent/vad.py): the page's end-of-speech level (web/stats.js)
 STT_EARLY_MS = 64  # silence inside a speech after which it goes to STT (agent/early_stt.py; docs/agent.md: why 64)
 
 
-def quiet_db(env: Env) -> float | None:
-    """`VAD_QUIET_DB`: a level in dBFS (-120..-20), or "off" (Silero alone decides what is silence)."""
-    raw = env.raw("VAD_QUIET_DB")
+def _value_or_off(env: Env, name: str, default: T, parse: Callable[[str], T | None], allowed: str) -> T | None:
+    """A setting that is a value or "off" (None): `default` when unset; `parse` gives None for a bad value."""
+    raw = env.raw(name)
     if raw is None:
-        return QUIET_DB
+        return default
     if raw.lower() == "off":
         return None
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not -120.0 <= value <= -20.0:  # also false for nan
-        raise ConfigError(f"VAD_QUIET_DB={raw!r} is not allowed (allowed: a level in dBFS from -120 to -20, or off)")
+    value = parse(raw)
+    if value is None:
+        raise ConfigError(f"{name}={raw!r} is not allowed (allowed: {allowed})")
     return value
+
+
+def _in_range(value: str, lo: float, hi: float, kind: type[int] | type[float]) -> Any:
+    try:
+        number = kind(value)
+    except ValueError:
+        return None
+    return number if lo <= number <= hi else None  # also None for nan
+
+
+def quiet_db(env: Env) -> float | None:
+    """`VAD_QUIET_DB`: a level in dBFS (-120..-20), or "off" (Silero alone decides what is silence)."""
+    return _value_or_off(
+        env, "VAD_QUIET_DB", QUIET_DB, lambda raw: _in_range(raw, -120.0, -20.0, float),
+        "a level in dBFS from -120 to -20, or off",
+    )  # fmt: skip
 
 
 def stt_early_ms(env: Env) -> int | None:
     """`STT_EARLY_MS`: silence in ms inside a speech after which it is sent to STT (32..2000), or "off" (at the end of
     the turn, as LiveKit's adapter does). agent/early_stt.py."""
-    raw = env.raw("STT_EARLY_MS")
-    if raw is None:
-        return STT_EARLY_MS
-    if raw.lower() == "off":
-        return None
-    if not (raw.strip().isdigit() and 32 <= int(raw) <= 2000):
-        allowed = "milliseconds of silence from 32 to 2000, or off"
-        raise ConfigError(f"STT_EARLY_MS={raw!r} is not allowed (allowed: {allowed})")
-    return int(raw)
+    return _value_or_off(
+        env, "STT_EARLY_MS", STT_EARLY_MS, lambda raw: _in_range(raw, 32, 2000, int),
+        "milliseconds of silence from 32 to 2000, or off",
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,7 @@ class EarlyStream(stt.RecognizeStream):
         self._adapter = adapter
         self._language = language
         self._stt_options = conn_options
-        self.attempts_dropped = 0  # attempts sent at a pause the speaker went on after (for tests and logs)
+        self.attempts_dropped = 0  # attempts sent at a pause the speaker went on after (tests read it)
 
     async def _metrics_monitor_task(self, event_aiter: AsyncIterable[stt.SpeechEvent]) -> None:
         async for _ in event_aiter:  # the wrapped STT reports its metrics per utterance

@@ -20,6 +20,7 @@ from agent.config import AgentConfig
 from agent.early_stt import EarlyTranscriber
 from agent.stt import ObservedSTT, STTObserver, final_transcript
 from agent.vad import hangover_windows, load_vad
+from tests.agent.espeak_audio import speech
 
 pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng speaks the test sentences")
 
@@ -51,17 +52,6 @@ class RecordingSTT(ObservedSTT):
         return final_transcript("r", f"{pcm.size} samples", language)
 
 
-def speech(text: str) -> np.ndarray:
-    """espeak-ng at 24 kHz with 0.5 s of silence before and 1 s after."""
-    from agent.tools.callbench.speech import RATE as SPEAK_RATE
-    from agent.tools.callbench.speech import speak
-
-    pcm = speak(text).astype(np.float64)
-    pcm = np.interp(np.arange(0, len(pcm), SPEAK_RATE / RATE), np.arange(len(pcm)), pcm)
-    pcm = np.concatenate([np.zeros(RATE // 2), pcm, np.zeros(RATE)])
-    return np.clip(pcm, -32768, 32767).astype(np.int16)
-
-
 async def transcribe(pcm: np.ndarray, early_ms: int | None, **stt_kwargs):  # type: ignore[no-untyped-def]
     """Feed `pcm` in 20 ms frames (as the session does) through the adapter the worker builds; returns the
     events with their arrival times, the STT and what the observer saw."""
@@ -89,7 +79,7 @@ def kinds(events: list) -> list[str]:
 
 
 def test_the_turn_is_sent_at_the_pause_and_its_transcript_follows_the_end() -> None:
-    pcm = speech("What is the capital of France?")
+    pcm = speech("What is the capital of France?", RATE)
     events, recorder, seen, stream = asyncio.run(transcribe(pcm, 96))
     assert kinds(events) == ["START_OF_SPEECH", "END_OF_SPEECH", "FINAL_TRANSCRIPT"]
     sent_at, early = recorder.sent[-1]  # earlier attempts went at pauses inside the question, then were cancelled
@@ -109,7 +99,7 @@ def test_the_turn_is_sent_at_the_pause_and_its_transcript_follows_the_end() -> N
 
 
 def test_speech_after_the_pause_cancels_the_attempt_and_the_end_sends_it_all() -> None:
-    pcm = speech("Thank you, goodbye.")  # its comma: ~170 ms quiet, past 96 ms and short of the 224 ms hangover
+    pcm = speech("Thank you, goodbye.", RATE)  # its comma: ~170 ms quiet, past 96 ms and short of the 224 ms hangover
     events, recorder, seen, stream = asyncio.run(transcribe(pcm, 96, seconds=2.0))
     assert kinds(events) == ["START_OF_SPEECH", "END_OF_SPEECH", "FINAL_TRANSCRIPT"]  # one turn
     assert stream.attempts_dropped >= 1 and recorder.cancelled >= 1
@@ -121,7 +111,7 @@ def test_speech_after_the_pause_cancels_the_attempt_and_the_end_sends_it_all() -
 
 
 def test_a_failed_attempt_is_one_failure_and_no_transcript() -> None:
-    events, recorder, seen, _ = asyncio.run(transcribe(speech("Can you hear me now?"), 64, fail=True))
+    events, recorder, seen, _ = asyncio.run(transcribe(speech("Can you hear me now?", RATE), 64, fail=True))
     assert kinds(events) == ["START_OF_SPEECH", "END_OF_SPEECH"]  # the empty transcript is not emitted
     assert len(seen["requests"]) == 1 and len(seen["failures"]) == 1 and not seen["results"]
     assert "went away" in str(seen["failures"][0])

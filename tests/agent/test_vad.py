@@ -28,6 +28,7 @@ from agent.vad import (
     min_silence_duration_s,
     window_level_db,
 )
+from tests.agent.espeak_audio import speech
 
 needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng speaks the test sentence")
 
@@ -80,17 +81,6 @@ def test_the_gate_silences_only_quiet_windows_and_always_runs_the_model() -> Non
     assert model.calls == 3  # the quiet windows too: the model's state follows the audio
 
 
-def _speech(text: str, rate: int, *, lead_s: float = 0.5, noise_db: float | None = None) -> np.ndarray:
-    from agent.tools.callbench.speech import RATE, speak
-
-    pcm = speak(text).astype(np.float64)
-    pcm = np.interp(np.arange(0, len(pcm), RATE / rate), np.arange(len(pcm)), pcm)
-    pcm = np.concatenate([np.zeros(int(lead_s * rate)), pcm, np.zeros(rate)])
-    if noise_db is not None:
-        pcm += np.random.default_rng(7).standard_normal(len(pcm)) * 32768 * 10 ** (noise_db / 20)
-    return np.clip(pcm, -32768, 32767).astype(np.int16)
-
-
 def _last_sound(pcm: np.ndarray, rate: int) -> int:
     """The sample after the last 10 ms frame at or above -50 dBFS (the page's end-of-speech rule)."""
     frame = rate // 100
@@ -111,7 +101,7 @@ async def _ends(pcm: np.ndarray, rate: int, silence_ms: int, quiet_db: float | N
 @pytest.mark.parametrize("quiet_db", [QUIET_DB, None])
 @pytest.mark.parametrize("silence_ms", [192, 200, 250])
 def test_silero_ends_the_turn_after_the_configured_silence(silence_ms: int, quiet_db: float | None) -> None:
-    ends = asyncio.run(_ends(_speech("Can you hear me now?", 48_000), 48_000, silence_ms, quiet_db))
+    ends = asyncio.run(_ends(speech("Can you hear me now?", 48_000), 48_000, silence_ms, quiet_db))
     assert len(ends) == 1, ends
     # passed to the plugin as is, 200 ms waited 7 windows (224 ms)
     assert ends[0].silence_duration == pytest.approx(effective_hangover_ms(silence_ms) / 1000.0, abs=1e-6)
@@ -124,7 +114,7 @@ def test_with_the_gate_the_turn_ends_the_hangover_after_the_last_sound(noise_db:
     falls in the window that completes the hangover counted from the last loud 10 ms (within one window and
     the resampler's few samples), also over a noise floor below the gate."""
     rate, hangover = 24_000, effective_hangover_ms(AgentConfig.vad_silence_ms)
-    pcm = _speech("What is the capital of France?", rate, noise_db=noise_db)
+    pcm = speech("What is the capital of France?", rate, noise_db=noise_db)
     last = _last_sound(pcm, rate) / rate * 1000.0
 
     def lag(quiet_db: float | None) -> float:
@@ -141,7 +131,7 @@ def test_with_the_gate_the_turn_ends_the_hangover_after_the_last_sound(noise_db:
 def test_the_gate_stays_out_of_the_way_of_sound_above_it() -> None:
     """Noise above the gate: every window is loud, so the gated VAD is Silero alone, END for END."""
     rate = 24_000
-    pcm = _speech("What is the capital of France?", rate, noise_db=-45.0)
+    pcm = speech("What is the capital of France?", rate, noise_db=-45.0)
     gated = asyncio.run(_ends(pcm, rate, AgentConfig.vad_silence_ms, QUIET_DB))
     alone = asyncio.run(_ends(pcm, rate, AgentConfig.vad_silence_ms, None))
     assert len(alone) == 1  # the noise is not speech: Silero ends the turn

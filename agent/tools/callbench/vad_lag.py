@@ -192,7 +192,7 @@ def run(
             "hangover_ms": HANGOVER_MS,
             "voiced_dbfs": VOICED_DB,
             "quiet_db": quiet_db,
-        },  # fmt: skip
+        },
         "ends": ends,  # END_OF_SPEECH events in all: more than the questions means a question was split
         "summary": {k: column_summary(rows, k) for k in COLUMNS},
         "rows": rows,
