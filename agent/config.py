@@ -84,6 +84,12 @@ class AgentConfig:
     input_frame_ms: int = 20
     tts_frame_ms: int = 20
     min_endpointing: float = 0.2
+    # turn-taking (agent/voice.py turn_handling, docs/agent.md "Turn-taking"): ours | vad | livekit
+    turn_handling: str = "ours"
+    eot_threshold: float = 0.36  # ours: voice+words probability below which the turn waits eot_max_delay_s
+    eot_max_delay_s: float = 1.6  # ours: the longest the turn waits for a caller who seems not to be done
+    overlap_confirm_s: float = 1.2  # ours: speech over the agent this long cuts it whatever its words
+    overlap_duck_db: float = -15.0  # ours: the agent's voice while the caller speaks over it
     enable_continuation: bool = True
     tts_engine_url: str = ""  # remote engine (python -m tts_engine serve); empty = embedded
     tts_speaker: str = "serena"
@@ -145,6 +151,11 @@ class AgentConfig:
             input_frame_ms=int(env.choice("INPUT_FRAME_MS", "20", ("10", "20", "30", "40", "50"))),
             tts_frame_ms=int(env.choice("TTS_FRAME_MS", "20", ("10", "20", "40"))),
             min_endpointing=env.float("MIN_ENDPOINTING", 0.2, lo=0.0, hi=10.0),
+            turn_handling=env.choice("TURN_HANDLING", "ours", ("ours", "vad", "livekit")),
+            eot_threshold=env.float("EOT_THRESHOLD", 0.36, lo=0.0, hi=1.0),
+            eot_max_delay_s=env.float("EOT_MAX_DELAY_S", 1.6, lo=0.1, hi=10.0),
+            overlap_confirm_s=env.float("OVERLAP_CONFIRM_S", 1.2, lo=0.1, hi=10.0),
+            overlap_duck_db=env.float("OVERLAP_DUCK_DB", -15.0, lo=-60.0, hi=0.0),
             enable_continuation=env.bool("ENABLE_CONTINUATION", True),
             tts_engine_url=env.str("TTS_ENGINE_URL", ""),
             tts_speaker=env.str("TTS_SPEAKER", "serena"),

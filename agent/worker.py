@@ -33,8 +33,9 @@ from agent.callers import follow_callers
 from agent.config import AgentConfig
 from agent.engine_client import LocalBackend, RemoteBackend, TTSBackend
 from agent.local.defaults import RANDOM_WEIGHTS_WARNING, ensure_random_checkpoint
+from agent.process_tuning import tune_runtime
 from agent.vad import load_vad
-from agent.voice import Call, tune_runtime
+from agent.voice import Call
 
 logger = logging.getLogger("agent.worker")
 
@@ -79,6 +80,10 @@ def prewarm(proc: JobProcess) -> None:
         from agent.local.whisper_stt import load_model
 
         load_model()
+    if cfg.turn_handling in ("ours", "livekit"):  # the audio end-of-turn model (~100 MB), once per process
+        from livekit.local_inference import init_eot
+
+        init_eot()
     with _lock:
         if not _tuned:
             tune_runtime()

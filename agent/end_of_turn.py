@@ -1,0 +1,127 @@
+"""EndOfTurn: the turn detector of `TURN_HANDLING=ours`: has the caller finished, judged from their voice and words.
+
+- Voice: LiveKit's audio end-of-turn model `turn-detector-v1-mini` (shipped in `livekit-local-inference`, run on
+  the CPU through the framework's `livekit.agents.inference.TurnDetector`; its MODEL_LICENSE allows it only
+  inside LiveKit Agents, which is where the worker runs it) over the caller's last 1.2 s of audio (`feed`), asked
+  when their speech ends (`on_speech_ended`), so the answer is in before the transcript.
+- Words: `agent.turn_text.completeness` of the turn's transcript so far (a trailing "and", "the", "um", a "...",
+  a phone number too short to be whole: UNFINISHED; a question: FINISHED).
+- `predict_end_of_turn(chat_ctx)` is the framework's turn-detector protocol (`livekit.agents.voice.turn
+  ._TurnDetector`), called once the transcript is in. UNFINISHED words give 0; FINISHED words at least the
+  threshold; otherwise the voice's probability. The framework then waits, from the caller's last speech,
+  `min_delay` when the result reaches `unlikely_threshold()` and `max_delay` (the bounded long wait) when not;
+  speech in between cancels the wait and the turn goes on. No `stream()` method: the framework must treat this
+  as a text-protocol detector, not a streaming one.
+- Every judgement is handed to `on_decision` (the turn's trace keeps it: `turn_decision`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from livekit import rtc
+from livekit.agents import llm
+from livekit.agents.inference import TurnDetector
+from livekit.agents.language import LanguageCode
+
+from agent.turn_text import Completeness, completeness
+
+logger = logging.getLogger("agent.end_of_turn")
+
+#: How long a decision waits for the voice model once the transcript is in (it was asked at the end of speech).
+VOICE_WAIT_S = 0.3
+
+
+def combine(words: Completeness, p_voice: float | None, threshold: float) -> float:
+    """The end-of-turn probability the framework compares with `threshold`."""
+    if words is Completeness.UNFINISHED:
+        return 0.0
+    if words is Completeness.FINISHED:
+        return max(threshold, p_voice if p_voice is not None else 1.0)
+    return p_voice if p_voice is not None else threshold  # no voice judgement: the words did not object
+
+
+def last_user_text(chat_ctx: llm.ChatContext) -> str:
+    for item in reversed(chat_ctx.items):
+        if getattr(item, "type", None) == "message" and getattr(item, "role", None) == "user":
+            return item.text_content or ""
+    return ""
+
+
+class EndOfTurn:
+    def __init__(self, *, threshold: float, on_decision: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.threshold = threshold
+        self.on_decision = on_decision
+        self._voice = TurnDetector(version="v1-mini")
+        self._stream: Any = None  # the voice model's stream, made on the first frame (it needs the running loop)
+        self._prediction: asyncio.Future[Any] | None = None
+        self._asked_at = 0.0
+
+    # -- the framework's turn-detector protocol ----------------------------------------------
+    @property
+    def model(self) -> str:
+        return "voice-agent-eot(turn-detector-v1-mini+words)"
+
+    @property
+    def provider(self) -> str:
+        return "local"
+
+    async def unlikely_threshold(self, language: LanguageCode | None) -> float | None:
+        return self.threshold
+
+    async def supports_language(self, language: LanguageCode | None) -> bool:
+        return True  # the voice model is multilingual; the word rules read other languages as NEUTRAL
+
+    async def predict_end_of_turn(self, chat_ctx: llm.ChatContext, *, timeout: float | None = None) -> float:
+        text = last_user_text(chat_ctx)
+        words = completeness(text)
+        p_voice = await self._voice_probability()
+        p = combine(words, p_voice, self.threshold)
+        if self.on_decision is not None:
+            self.on_decision(
+                {
+                    "words": words.value,
+                    "p_voice": None if p_voice is None else round(p_voice, 3),
+                    "p": round(p, 3),
+                    "threshold": self.threshold,
+                    "wait": "short" if p >= self.threshold else "long",
+                }
+            )
+        return p
+
+    # -- the caller's audio ------------------------------------------------------------------
+    def feed(self, frame: rtc.AudioFrame) -> None:
+        """Every frame of the caller's audio, in order (the voice model keeps the last 1.2 s)."""
+        if self._stream is None:
+            self._stream = self._voice.stream()
+        self._stream.push_audio(frame)
+
+    def on_speech_started(self) -> None:
+        self._prediction = None  # the caller goes on: a judgement of the pause before is moot
+
+    def on_speech_ended(self) -> None:
+        """Ask the voice model now, so its answer is ready when the transcript is."""
+        if self._stream is None:
+            return
+        self._prediction = self._stream.predict()
+        self._asked_at = time.perf_counter()
+
+    async def _voice_probability(self) -> float | None:
+        fut = self._prediction
+        if fut is None:
+            return None
+        try:
+            event = await asyncio.wait_for(asyncio.shield(fut), VOICE_WAIT_S)
+        except TimeoutError:
+            logger.warning("the voice end-of-turn model took over %.0f ms; deciding on the words", VOICE_WAIT_S * 1e3)
+            return None
+        return float(event.end_of_turn_probability)
+
+    async def aclose(self) -> None:
+        if self._stream is not None:
+            await self._stream.aclose()
+            self._stream = None
