@@ -120,6 +120,19 @@ class Overlap:
     verdict: OverlapKind | None = None
 
 
+def _covered(utterances: list[Utterance], text: str | None) -> int:
+    """How many of `utterances` (in order) a commit of `text` covers: the shortest prefix whose words are `text`
+    (all of them when `text` is unknown or matches no prefix)."""
+    if text is None:
+        return len(utterances)
+    want, words = text.split(), []
+    for n, utterance in enumerate(utterances, start=1):
+        words += (utterance.text or "").split()
+        if words == want:
+            return n
+    return len(utterances)
+
+
 class DuplexController:
     def __init__(
         self,
@@ -148,6 +161,8 @@ class DuplexController:
         self.interruptions: list[tuple[Reply, Interruption]] = []
         self._speeches: dict[str, Speech] = {}
         self.utterances = Utterances()
+        self._uncommitted: list[Utterance] = []  # utterances whose words went to the framework since its last commit
+        self._owed_apology: TurnTrace | None = None  # the failed turn the next speech the agent says on its own answers
 
     @property
     def reply(self) -> Reply | None:
@@ -181,9 +196,9 @@ class DuplexController:
         self.transition(State.HOLDING if self._pending_turn() is not None else State.LISTENING, reason)
 
     def _pending_turn(self) -> TurnTrace | None:
-        """The current user turn if it is not committed (nor finished) yet."""
+        """The current user turn if it may still be committed: not committed, not finished, not failed with no words."""
         cur = self.collector.current
-        if cur is None or cur.finished or cur.has(TURN_COMMITTED):
+        if cur is None or cur.finished or cur.has(TURN_COMMITTED) or (cur.errors and not cur.user_text):
             return None
         return cur
 
@@ -222,8 +237,7 @@ class DuplexController:
         if turn is not None and not turn.finished and not turn.has(TURN_COMMITTED):
             turn.end_of_speech(utterance.end, self.collector.wall(utterance.end))
         else:
-            prev = self.collector.current
-            busy = prev is not None and any(sp.turn is prev and sp.live for sp in self._speeches.values())
+            busy = self._answer_owed(self.collector.current)
             self.collector.speech_started(utterance.start)
             turn = self.collector.open_turn(utterance.end, hold_previous=busy)
         if self.state is State.LISTENING:
@@ -257,18 +271,24 @@ class DuplexController:
 
         def fail(turn: TurnTrace) -> None:
             turn.errors.append(error)
+            if turn.user_text:  # the words after a pause are lost; the turn is answered on those before it
+                turn.no_new_words()
+                logger.error("speech recognition failed after a pause [turn %s]: %s", turn.turn_id, error)
+                return
             turn.outcome = Outcome.ERROR
             self._no_words(turn)
             if self.on_turn_failed is not None:
-                self.on_turn_failed(turn)
+                self._owed_apology = turn
+                self.on_turn_failed(turn)  # a turn with no words at all: the call apologises
 
         utterance.in_turn(fail)
 
     def _no_words(self, turn: TurnTrace) -> None:
         """An utterance of `turn` came back without words: if the turn has none at all, it is over."""
-        turn.mark("stt_done")
         if turn.user_text or turn.finished:
+            turn.no_new_words()
             return
+        turn.mark("stt_done")
         if not any(sp.turn is turn and sp.live for sp in self._speeches.values()):
             if turn.outcome is Outcome.OPEN:
                 turn.outcome = Outcome.NO_TRANSCRIPT
@@ -287,17 +307,28 @@ class DuplexController:
             if utterance.overlap.verdict is not OverlapKind.REQUEST:
                 return False
         turn = utterance.turn if utterance is not None and utterance.turn is not None else self.collector.current
-        if turn is not None and not turn.finished:
+        if turn is not None and not turn.finished and not turn.has(TURN_COMMITTED):
             turn.user_text = f"{turn.user_text} {text}".strip()
             turn.mark("stt_done", utterance.stt_done if utterance is not None and utterance.stt_done else None)
+        if utterance is not None:
+            self._uncommitted.append(utterance)
         return True
 
     # -- the turn decision -------------------------------------------------------------------
-    def on_turn_committed(self, t: float | None = None) -> TurnTrace | None:
-        """The framework committed the user turn (it will be answered)."""
+    def on_turn_committed(self, t: float | None = None, *, text: str | None = None) -> TurnTrace | None:
+        """The framework committed a user turn of `text` (it will be answered). The framework's commit is the truth
+        of where a turn ends: its VAD runs apart from the STT adapter's, so it may close a turn before the words of a
+        pause's continuation reach it, and those words are then its next turn (`_uncommitted` keeps, in order, the
+        utterances whose words went to the framework since its last commit)."""
+        covered = self._uncommitted[: _covered(self._uncommitted, text)]
+        self._uncommitted = self._uncommitted[len(covered) :]
         turn = self.collector.current
-        if turn is None or turn.finished:
-            return None
+        if turn is None or turn.finished or turn.has(TURN_COMMITTED):
+            if not covered:
+                return None
+            turn = self._turn_of(covered)
+        elif self._uncommitted:  # words that reached us after the framework had closed this turn
+            turn.user_text = " ".join(u.text or "" for u in covered).strip()
         turn.mark(TURN_COMMITTED, t)
         if self.state in (State.HOLDING, State.LISTENING, State.INTERRUPTING):
             self.transition(State.THINKING, "turn committed")
@@ -305,10 +336,35 @@ class DuplexController:
         if early is not None and early.reply is not None and self.active is None:
             self.active = early  # prepared before the commit: the answer from now on (if the framework keeps it)
         try:  # the framework makes (or schedules) the answer right after this hook returns, in the same loop step
-            asyncio.get_running_loop().call_soon(self._settle_if_idle, "committed with no answer to come")
+            asyncio.get_running_loop().call_soon(self._unless_answered, turn)
         except RuntimeError:  # no loop (unit tests drive the controller directly)
             pass
         return turn
+
+    def _unless_answered(self, turn: TurnTrace) -> None:
+        """Right after a commit: the framework made no answer for it (it kept an early answer that was cut)."""
+        if self.state is State.THINKING and self.active is None and self._answer_of(turn) is None:
+            self._settle("committed with no answer to come")
+
+    def _turn_of(self, utterances: list[Utterance]) -> TurnTrace:
+        """A user turn of these utterances (the framework committed their words as one)."""
+        first, last = utterances[0], utterances[-1]
+        busy = self._answer_owed(self.collector.current)
+        self.collector.speech_started(first.start)
+        turn = self.collector.open_turn(last.end if last.end is not None else self.clock(), hold_previous=busy)
+        turn.user_text = " ".join(u.text or "" for u in utterances).strip()
+        for utterance in utterances:
+            utterance.turn = turn
+        if last.stt_request is not None:
+            turn.mark("stt_request", min(last.stt_request, turn.t0))
+        turn.mark("stt_done", last.stt_done)
+        return turn
+
+    def _answer_owed(self, turn: TurnTrace | None) -> bool:
+        """`turn` still has an answer on its way (a live speech, or an apology not said yet): keep it open."""
+        if turn is None:
+            return False
+        return turn is self._owed_apology or any(sp.turn is turn and sp.live for sp in self._speeches.values())
 
     def _answer_of(self, turn: TurnTrace) -> Speech | None:
         return next((sp for sp in self._speeches.values() if sp.turn is turn and sp.answering), None)
@@ -411,11 +467,18 @@ class DuplexController:
         source: Callable[[], str | None] = lambda: None,
         is_scheduled: Callable[[], bool] = lambda: True,
         interrupt: Callable[[], None] = lambda: None,
+        said: bool = False,
     ) -> Speech:
         """A speech exists (before any of its nodes run): `is_interrupted` reads its live interrupted flag, `source`
         the framework's interrupt source, `is_scheduled` whether it is the turn's answer yet (an early answer is not
-        until its turn is committed), `interrupt` asks the framework to interrupt it."""
-        speech = Speech(key, self._answerable_turn(), is_interrupted, source, is_scheduled, interrupt)
+        until its turn is committed), `interrupt` asks the framework to interrupt it. `said`: the agent says it on its
+        own (`session.say`: the apology), so it answers the failed turn that owed it, whatever came since."""
+        turn = self._answerable_turn()
+        if said and self._owed_apology is not None:
+            owed, self._owed_apology = self._owed_apology, None
+            turn = owed if not owed.finished else turn
+        speech = Speech(key, turn, is_interrupted, source, is_scheduled, interrupt)
+        logger.debug("speech %s created%s for turn %s", key, " (said)" if said else "", turn.turn_id if turn else "-")
         self._speeches[key] = speech
         return speech
 
@@ -621,8 +684,7 @@ class DuplexController:
         t_detect = self.clock() if t is None else t
         irq = Interruption(interrupt_detected=t_detect, source=source)
         reply.interruption = irq
-        holds_floor = self.reply is reply
-        if holds_floor:
+        if self.reply is reply and self.state in (State.THINKING, State.SPEAKING, State.OVERLAPPED):
             self.transition(State.INTERRUPTING, f"barge-in ({source})")
         # 1. silence: gate closed + queued audio dropped
         irq.audio_silenced = self.output.silence(reply.reply_id) if self.output is not None else self.clock()

@@ -99,6 +99,7 @@ class Pause:
 
     ended: float  # perf_counter of the end of speech before the pause
     resumed: float  # perf_counter of the next start of speech
+    stt_points: dict[str, float] = field(default_factory=dict)  # the STT points of the words before the pause
 
 
 @dataclass
@@ -163,9 +164,14 @@ class TurnTrace:
     def resume(self, t: float) -> None:
         """The user spoke again before the turn was committed: a pause inside the turn. The next utterance's STT
         points replace this one's."""
-        self.pauses.append(Pause(ended=self.points["vad_speech_end"], resumed=t))
-        for point in ("stt_request", "stt_done"):
-            self.points.pop(point, None)
+        stt = {p: self.points.pop(p) for p in ("stt_request", "stt_done") if p in self.points}
+        self.pauses.append(Pause(ended=self.points["vad_speech_end"], resumed=t, stt_points=stt))
+
+    def no_new_words(self) -> None:
+        """The utterance after the last pause brought no words (nothing transcribed, or STT failed): the turn's
+        transcript is still the one before it, and so are its STT points."""
+        if self.pauses and "stt_done" not in self.points:
+            self.points.update(self.pauses[-1].stt_points)
 
     def end_of_speech(self, t: float, wall_t: float) -> None:
         """The user's speech ended again (after a pause): t0 moves here."""

@@ -153,7 +153,7 @@ class VoiceAgent(Agent):
             yield ev
 
     async def on_user_turn_completed(self, turn_ctx: llm.ChatContext, new_message: llm.ChatMessage) -> None:
-        self.call.controller.on_turn_committed()
+        self.call.controller.on_turn_committed(text=new_message.text_content or "")
 
     async def llm_node(
         self, chat_ctx: llm.ChatContext, tools: list[llm.Tool], model_settings: ModelSettings
@@ -343,6 +343,7 @@ class Call:
             source=lambda: livekit_internals.interrupt_source(handle),
             is_scheduled=lambda: bool(handle.scheduled),
             interrupt=lambda: None if handle.interrupted or handle.done() else handle.interrupt(),
+            said=ev.source == "say",
         )
         handle.add_done_callback(lambda h: controller.on_speech_done(h.id, interrupted=bool(h.interrupted)))
         fut = livekit_internals.interrupt_future(handle)

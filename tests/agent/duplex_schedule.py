@@ -96,7 +96,7 @@ class ScheduleRunner:
         self.turn_handling = turn_handling  # agent/voice.py turn_handling(): ours (answers prepared early) or vad
         self.starvation = StarvationClock()
 
-    async def run(self, turns: list[TurnPlan], *, turn_handling: str | None = None) -> Outcome:
+    async def run(self, turns: list[TurnPlan], *, turn_handling: str | None = None, **config: Any) -> Outcome:
         t0 = time.perf_counter()
         out = Outcome()
         if turns and turns[-1].cut is not None and turns[-1].cut.kind == "vad":
@@ -108,7 +108,7 @@ class ScheduleRunner:
                      for i, t in enumerate(turns)],
         )
         frames: list[FrameRecord] = []
-        cfg = fast_config(self.server.base_url, turn_handling=turn_handling or self.turn_handling)
+        cfg = fast_config(self.server.base_url, turn_handling=turn_handling or self.turn_handling, **config)
         call = Call(cfg, vad=self.vad, backend=self.backend,
                     session_id="prop", traces_dir=None, frame_observer=frames.append, aec_warmup_s=0.0)
         call.output.source = FastSource(speed=16.0)  # type: ignore[assignment]
@@ -170,7 +170,7 @@ class ScheduleRunner:
 
         def idle() -> bool:
             ctl = call.controller
-            return (ctl.reply is None and ctl.state is State.LISTENING and not mic.speaking
+            return (ctl.reply is None and ctl.state is State.LISTENING and not mic.speaking and not call.apology.pending
                     and call.session.agent_state == "listening" and call.session.current_speech is None
                     and call.output.source.queued_duration == 0 and self.backend.active_streams == 0)
 
@@ -213,9 +213,9 @@ class ScheduleRunner:
                 if not state["next_started"]:
                     mic.speak(plan.speech_s)
                 state["next_started"] = False
-                merged = utterances_without_a_turn(call)
-                if not await until(lambda n=i + 1, m=merged: call.collector._count >= n
-                                   or utterances_without_a_turn(call) > m, f"turn {i + 1} opened"):
+                # each utterance said so far opened a turn or joined none (utterances_without_a_turn)
+                if not await until(lambda n=i + 1: call.collector._count + utterances_without_a_turn(call) >= n,
+                                   f"utterance {i + 1} placed"):
                     break
                 if plan.cut is not None and plan.cut.kind == "vad" and i + 1 < len(turns):
                     await until(lambda: state["next_started"] or idle(), f"turn {i + 1} reply")
@@ -288,7 +288,9 @@ class ScheduleRunner:
                 out.violations.append(f"{tid}: outcome {outcome} with {len(irqs)} interruption record(s)")
             if outcome == "error" and not errors:
                 out.violations.append(f"{tid}: outcome error with an empty error list")
-            if errors and outcome not in ("error", "interrupted"):
+            words_lost_after_a_pause = outcome in ("answered", "unanswered") and rec["user_text_chars"] and all(
+                e.startswith("stt:") for e in errors)
+            if errors and outcome not in ("error", "interrupted") and not words_lost_after_a_pause:
                 out.violations.append(f"{tid}: outcome {outcome} with errors {errors}")
             if outcome == "unanswered" and (not rec["user_text_chars"] or "first_frame_published" in rec["points"]):
                 out.violations.append(f"{tid}: unanswered with {rec['user_text_chars']} transcript chars")
