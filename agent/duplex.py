@@ -140,10 +140,14 @@ class DuplexController:
         *,
         output: Silenceable | None = None,
         judge_overlaps: bool = True,
+        drop_early_answer: Callable[[], Any] | None = None,
+        on_turn_failed: Callable[[TurnTrace], None] | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         """`output` reports its frames, playout and clears to this controller from here on; `judge_overlaps`: duck
-        and judge speech over a playing answer (TURN_HANDLING=ours) instead of leaving it to the framework alone."""
+        and judge speech over a playing answer (TURN_HANDLING=ours) instead of leaving it to the framework alone;
+        `drop_early_answer`: tell the framework to forget the answer it prepared before the commit (the caller went
+        on); `on_turn_failed`: a turn's STT failed with no words heard (the call apologises)."""
         self.collector = collector
         self.clock = clock
         self.state = State.LISTENING
@@ -151,9 +155,8 @@ class DuplexController:
         if output is not None:
             output.controller = self
         self.judge_overlaps = judge_overlaps
-        # what the call lets the controller ask of the framework (agent/voice.py gives them)
-        self.drop_early_answer: Callable[[], None] | None = None  # forget the answer prepared before the commit
-        self.on_turn_failed: Callable[[TurnTrace], None] | None = None  # a turn's STT failed (the apology)
+        self.drop_early_answer = drop_early_answer
+        self.on_turn_failed = on_turn_failed
         self.active: Speech | None = None  # the speech whose answer holds the floor (THINKING .. INTERRUPTING)
         self.overlaps: list[Overlap] = []  # overlaps of the playing answer not judged yet (its voice is ducked)
         self.illegal_transitions = 0

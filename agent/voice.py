@@ -277,7 +277,13 @@ class Call:
             frame_observer=frame_observer,
         )
         ours = cfg.turn_handling == "ours"
-        self.controller = DuplexController(self.collector, output=self.output, judge_overlaps=ours)
+        self.controller = DuplexController(
+            self.collector,
+            output=self.output,
+            judge_overlaps=ours,
+            drop_early_answer=lambda: livekit_internals.drop_early_answer(self.session),
+            on_turn_failed=self._turn_failed,
+        )
         self.end_of_turn = (
             EndOfTurn(threshold=cfg.eot_threshold, on_decision=self.controller.on_turn_decision) if ours else None
         )
@@ -326,8 +332,6 @@ class Call:
             ),
         )
         self.apology = Apology(self.session, cfg.apology_text)
-        controller.drop_early_answer = lambda: livekit_internals.drop_early_answer(self.session)
-        controller.on_turn_failed = self._turn_failed
         self.session.on("speech_created", self._on_speech_created)
         self.session.on("user_state_changed", self.apology.on_user_state)
 
