@@ -7,17 +7,19 @@
 - Words: `agent.turn_text.completeness` of the turn's transcript so far (a trailing "and", "the", "um", a "...",
   a phone number too short to be whole: UNFINISHED; a question: FINISHED).
 - `predict_end_of_turn(chat_ctx)` is the framework's turn-detector protocol (`livekit.agents.voice.turn
-  ._TurnDetector`), called once the transcript is in. UNFINISHED words give 0; FINISHED words at least the
-  threshold; otherwise the voice's probability. The framework then waits, from the caller's last speech,
-  `min_delay` when the result reaches `unlikely_threshold()` and `max_delay` (the bounded long wait) when not;
-  speech in between cancels the wait and the turn goes on. No `stream()` method: the framework must treat this
-  as a text-protocol detector, not a streaming one.
+  ._TurnDetector`), called once the transcript is in, and chooses one of three waits, each counted from the
+  caller's last sound: short (FINISHED words, or the voice at or above `threshold`: the framework's `min_delay`),
+  long (UNFINISHED words: it returns 0, so the framework waits `max_delay`, the bounded maximum), or medium
+  (neither: it waits itself until `medium_s` after the last sound, then returns the threshold). Speech in between
+  cancels the framework's wait, ours included, and the turn goes on. No `stream()` method: the framework must
+  treat this as a text-protocol detector, not a streaming one.
 - Every judgement is handed to `on_decision` (the turn's trace keeps it: `turn_decision`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import time
 from collections.abc import Callable
@@ -36,13 +38,19 @@ logger = logging.getLogger("agent.end_of_turn")
 VOICE_WAIT_S = 0.3
 
 
-def combine(words: Completeness, p_voice: float | None, threshold: float) -> float:
-    """The end-of-turn probability the framework compares with `threshold`."""
+class Wait(enum.Enum):
+    SHORT = "short"
+    MEDIUM = "medium"
+    LONG = "long"
+
+
+def choose_wait(words: Completeness, p_voice: float | None, threshold: float) -> Wait:
+    """How long the turn waits for more, from what the words and the voice say."""
     if words is Completeness.UNFINISHED:
-        return 0.0
-    if words is Completeness.FINISHED:
-        return max(threshold, p_voice if p_voice is not None else 1.0)
-    return p_voice if p_voice is not None else threshold  # no voice judgement: the words did not object
+        return Wait.LONG
+    if words is Completeness.FINISHED or (p_voice is not None and p_voice >= threshold):
+        return Wait.SHORT
+    return Wait.MEDIUM
 
 
 def last_user_text(chat_ctx: llm.ChatContext) -> str:
@@ -53,13 +61,24 @@ def last_user_text(chat_ctx: llm.ChatContext) -> str:
 
 
 class EndOfTurn:
-    def __init__(self, *, threshold: float, on_decision: Callable[[dict[str, Any]], None] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        threshold: float,
+        medium_s: float,
+        hangover_s: float,
+        on_decision: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        """`hangover_s`: the VAD's silence before it ends a speech (its end of speech is that long after the last
+        sound); `medium_s`: the medium wait, from the last sound."""
         self.threshold = threshold
+        self.medium_s = medium_s
+        self.hangover_s = hangover_s
         self.on_decision = on_decision
+        self._ended_at = 0.0  # perf_counter of the caller's last end of speech
         self._voice = TurnDetector(version="v1-mini")
         self._stream: Any = None  # the voice model's stream, made on the first frame (it needs the running loop)
         self._prediction: asyncio.Future[Any] | None = None
-        self._asked_at = 0.0
 
     # -- the framework's turn-detector protocol ----------------------------------------------
     @property
@@ -77,21 +96,24 @@ class EndOfTurn:
         return True  # the voice model is multilingual; the word rules read other languages as NEUTRAL
 
     async def predict_end_of_turn(self, chat_ctx: llm.ChatContext, *, timeout: float | None = None) -> float:
-        text = last_user_text(chat_ctx)
-        words = completeness(text)
+        words = completeness(last_user_text(chat_ctx))
         p_voice = await self._voice_probability()
-        p = combine(words, p_voice, self.threshold)
+        wait = choose_wait(words, p_voice, self.threshold)
         if self.on_decision is not None:
             self.on_decision(
                 {
                     "words": words.value,
                     "p_voice": None if p_voice is None else round(p_voice, 3),
-                    "p": round(p, 3),
                     "threshold": self.threshold,
-                    "wait": "short" if p >= self.threshold else "long",
+                    "wait": wait.value,
                 }
             )
-        return p
+        if wait is Wait.LONG:
+            return 0.0
+        if wait is Wait.MEDIUM:  # cancelled with the framework's wait if the caller goes on
+            await asyncio.sleep(max(0.0, self._ended_at - self.hangover_s + self.medium_s - time.perf_counter()))
+            return self.threshold
+        return max(self.threshold, p_voice if p_voice is not None else 1.0)
 
     # -- the caller's audio ------------------------------------------------------------------
     def feed(self, frame: rtc.AudioFrame) -> None:
@@ -105,10 +127,10 @@ class EndOfTurn:
 
     def on_speech_ended(self) -> None:
         """Ask the voice model now, so its answer is ready when the transcript is."""
+        self._ended_at = time.perf_counter()
         if self._stream is None:
             return
         self._prediction = self._stream.predict()
-        self._asked_at = time.perf_counter()
 
     async def _voice_probability(self) -> float | None:
         fut = self._prediction

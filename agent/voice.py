@@ -86,9 +86,10 @@ def turn_handling(cfg: AgentConfig, detector: EndOfTurn | None) -> dict[str, Any
       `INTERRUPT_MIN_SPEECH_S` cuts it; nothing prepared early.
     - `livekit`: LiveKit's own defaults, with its local audio turn detector: endpointing 0.5 / 3.0 s,
       interruption after 0.5 s of speech that pauses and resumes when no words follow, preemptive generation.
-    - `ours`: `detector` (voice + words) chooses between `MIN_ENDPOINTING` and `EOT_MAX_DELAY_S`; the answer is
-      prepared on the transcript, LLM and TTS, and heard only once the turn is committed; speech over the agent
-      ducks it and is judged (agent/duplex.py); only speech longer than `OVERLAP_CONFIRM_S` cuts it unheard."""
+    - `ours`: `detector` (voice + words) chooses the wait: `MIN_ENDPOINTING`, `EOT_MEDIUM_DELAY_S` or
+      `EOT_MAX_DELAY_S`; the answer is prepared on the transcript, LLM and TTS, and heard only once the turn is
+      committed; speech over the agent ducks it and is judged (agent/duplex.py); speech longer than
+      `OVERLAP_CONFIRM_S` cuts it whatever its words."""
     if cfg.turn_handling == "livekit":
         return {"turn_detection": TurnDetector(version="v1-mini"), "interruption": {"mode": "vad"}}
     if cfg.turn_handling == "ours":
@@ -285,7 +286,14 @@ class Call:
             on_turn_failed=self._turn_failed,
         )
         self.end_of_turn = (
-            EndOfTurn(threshold=cfg.eot_threshold, on_decision=self.controller.on_turn_decision) if ours else None
+            EndOfTurn(
+                threshold=cfg.eot_threshold,
+                medium_s=cfg.eot_medium_delay_s,
+                hangover_s=cfg.vad_silence_ms / 1000.0,
+                on_decision=self.controller.on_turn_decision,
+            )
+            if ours
+            else None
         )
         self.cut_notice: CutNotice | None = None
         self.errors: list[str] = []

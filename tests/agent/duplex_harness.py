@@ -205,7 +205,8 @@ def fast_config(base_url: str, **overrides: Any) -> AgentConfig:
     values: dict[str, Any] = dict(
         stt_base_url=base_url, llm_base_url=base_url, aec_warmup_s=0.0, resume_false_interruption=False,
         min_endpointing=0.0, interrupt_min_speech_s=0.04, stt_timeout_s=2.0, llm_timeout_s=2.0,
-        api_max_retry=0, enable_continuation=False, traces_dir="", eot_max_delay_s=0.05, overlap_confirm_s=0.04,
+        api_max_retry=0, enable_continuation=False, traces_dir="", eot_max_delay_s=0.05, eot_medium_delay_s=0.03,
+        overlap_confirm_s=0.04,
     )
     values.update(overrides)
     return dataclasses.replace(base, **values)
