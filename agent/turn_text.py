@@ -62,11 +62,11 @@ def _words(text: str) -> list[str]:
 
 
 def _trailing_digits(words: list[str]) -> int:
-    """How many digits the run of numbers at the end of `words` holds ("555" = 3, "five five five" = 3)."""
+    """How many digits the run of numbers at the end of `words` holds ("555" = 3, "five five five" = 3, "1-2" = 2)."""
     digits = 0
     for word in reversed(words):
-        if word.isdigit():
-            digits += len(word)
+        if any(c.isdigit() for c in word):
+            digits += sum(c.isdigit() for c in word)
         elif word in _NUMBER_WORDS:
             digits += 2 if word == "double" else 1
         else:
