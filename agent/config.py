@@ -45,7 +45,8 @@ def _in_range(value: str, lo: float, hi: float, kind: type[int] | type[float]) -
 
 
 def cpu_limit(env: Env) -> float | None:
-    """`AGENT_CPU_LIMIT`: the busy share of the worker's cores (0.1..1.0) at which it takes no new call, or "off"."""
+    """`AGENT_CPU_LIMIT`: the worker's CPU as a share of the cores it may use (0.1..1.0) at which it takes no new
+    call, or "off"."""
     return _value_or_off(
         env, "AGENT_CPU_LIMIT", CPU_LIMIT, lambda raw: _in_range(raw, 0.1, 1.0, float),
         "a share of the cores from 0.1 to 1.0, or off",
@@ -125,7 +126,7 @@ class AgentConfig:
     init_timeout_s: float = 600.0
     drain_timeout_s: int = 10  # on SIGTERM: calls may go on this long, then end (agent leaves, traces written)
     max_sessions: int = MAX_SESSIONS  # calls at which the worker is full (agent/worker.py current_load)
-    cpu_limit: float | None = CPU_LIMIT  # busy share of its cores at which it is full; None = no CPU limit
+    cpu_limit: float | None = CPU_LIMIT  # its CPU's share of its cores at which it is full; None = no CPU limit
     load_threshold: float = 0.9  # the load LiveKit reads as full; each limit reached reports exactly this
     stats_path: str = ""  # AGENT_STATS_PATH: one JSON line a second about the worker (agent/worker_stats.py)
 

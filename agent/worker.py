@@ -8,8 +8,9 @@
   (GIL switch interval, gc.freeze; agent/voice.py says why). `initialize_process_timeout` is raised to
   `AGENT_INIT_TIMEOUT_S` (600 s) because a model load takes far longer than LiveKit's 10 s default.
 - `load_fnc` (`current_load`): the largest share in use of three limits: calls of `AGENT_MAX_SESSIONS`, engine
-  streams of the engine's capacity, the host's busy CPU of `AGENT_CPU_LIMIT`; scaled so that a limit reached reads
-  as `AGENT_LOAD_THRESHOLD`, where LiveKit offers the worker no call (docs/operations.md "Capacity and load").
+  streams of the engine's capacity, the process's CPU share of its cores of `AGENT_CPU_LIMIT`; scaled so that a
+  limit reached reads as `AGENT_LOAD_THRESHOLD`, where LiveKit offers the worker no call (docs/operations.md
+  "Capacity and load").
 - The first load check starts the sampler (agent/worker_stats.py: CPU, loop lag per call, GC, RSS; one JSON line a
   second to `AGENT_STATS_PATH` when set); each call's loop gets a lag probe.
 - Remote engine: with `TTS_ENGINE_URL` set, no model is loaded here; synthesis goes over HTTP to
@@ -92,9 +93,9 @@ def prewarm(proc: JobProcess) -> None:
 def current_load(server: Any = None) -> float:
     """LiveKit's load_fnc: every 0.5 s and before each job offer (`server`: LiveKit's AgentServer). Each limit's share
     in use: calls of `AGENT_MAX_SESSIONS` (LiveKit's own job count, so a call accepted but not yet connected
-    counts), engine streams of the engine's capacity, the busy share of the worker's cores (last 5 s) of
-    `AGENT_CPU_LIMIT`. The largest, scaled so that a limit reached is `AGENT_LOAD_THRESHOLD` exactly: LiveKit
-    offers no call to a worker at the threshold (docs/operations.md "Capacity and load")."""
+    counts), engine streams of the engine's capacity, this process's CPU (last 5 s) as a share of the cores it may
+    use, of `AGENT_CPU_LIMIT`. The largest, scaled so that a limit reached is `AGENT_LOAD_THRESHOLD` exactly:
+    LiveKit offers no call to a worker at the threshold (docs/operations.md "Capacity and load")."""
     cfg = worker_config()
     stats = worker_stats.start(cfg.stats_path, _worker_state)
     calls = len(server.active_jobs) if server is not None else _active_calls
@@ -102,7 +103,7 @@ def current_load(server: Any = None) -> float:
     shares = {
         "calls": calls / cfg.max_sessions,
         "engine": backend.active_streams / backend.capacity if backend is not None else 0.0,
-        "cpu": stats.host_busy(CPU_WINDOW_S) / cfg.cpu_limit if cfg.cpu_limit else 0.0,
+        "cpu": stats.cpu_cores(CPU_WINDOW_S) / stats.cores / cfg.cpu_limit if cfg.cpu_limit else 0.0,
     }
     # + 1e-9: a limit reached must read as full through LiveKit's float sums (load + reserved * load / jobs)
     load = min(1.0, cfg.load_threshold * max(shares.values()) + 1e-9)

@@ -6,8 +6,8 @@ load check).
   RSS, GC pauses (`gc.callbacks`), the lag of every call's event loop (a `LoopProbe` per job loop: under the THREAD
   executor each call has its own loop in its own thread), and what the worker gives it: calls, engine streams and
   the load it last reported to LiveKit.
-- `host_busy(window_s)` / `cpu_cores(window_s)`: the host's busy share and this process's cores over the last
-  seconds; the load's CPU term reads the first.
+- `cpu_cores(window_s)` / `host_busy(window_s)`: this process's CPU in cores and the host's busy share over the
+  last seconds; the load's CPU term reads the first.
 - With a path (`AGENT_STATS_PATH`) each record is appended there as one JSON line; docs/operations.md gives the
   format ("The worker's stats file"). Each line carries its own cost (`sampler_ms`).
 - `usable_cores()`: the cores this process may use (`NUM_CPUS`, else its CPU affinity capped by a cgroup quota).

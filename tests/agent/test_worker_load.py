@@ -25,15 +25,17 @@ class Backend:
 
 
 class Stats:
-    """The sampler's two readings, set by the test (the sampler itself is tests/agent/test_worker_stats.py)."""
+    """The sampler's reading, set by the test (the sampler itself is tests/agent/test_worker_stats.py)."""
+
+    cores = 2.0
 
     def __init__(self, busy: float = 0.0) -> None:
-        self.busy = busy
+        self.busy = busy  # the process's share of its cores
         self.reports: list[tuple[float, dict[str, float]]] = []
 
-    def host_busy(self, window_s: float) -> float:
+    def cpu_cores(self, window_s: float) -> float:
         assert window_s == worker.CPU_WINDOW_S
-        return self.busy
+        return self.busy * self.cores
 
     def note_load(self, value: float, terms: dict[str, float]) -> None:
         self.reports.append((value, terms))
@@ -87,7 +89,7 @@ def test_engine_streams_and_cpu_fill_it_too(setup: Any) -> None:
     setup({"AGENT_MAX_SESSIONS": "100", "AGENT_CPU_LIMIT": "off"}, streams=16)
     assert worker.current_load(Server([object()])) >= threshold  # 16 of 16 engine streams
     setup({"AGENT_MAX_SESSIONS": "100", "AGENT_CPU_LIMIT": "0.8"}, busy=0.8)
-    assert worker.current_load(Server([object()])) >= threshold  # the host's cores 80 % busy, limit 0.8
+    assert worker.current_load(Server([object()])) >= threshold  # the worker keeps 80 % of its cores busy, limit 0.8
     stats = setup({"AGENT_MAX_SESSIONS": "100", "AGENT_CPU_LIMIT": "0.8"}, busy=0.4)
     assert worker.current_load(Server([object()])) == pytest.approx(threshold / 2)
     assert stats.reports[-1][1]["cpu"] == pytest.approx(0.5)

@@ -13,8 +13,8 @@ import pytest
 from agent.tools.callbench.speech import speech_wav
 from agent.tools.callbench.stack import LocalStack
 
-# Short answers keep each turn a few seconds; 2 calls per worker make LiveKit's dispatch observable; no CPU limit, so
-# a busy test machine never turns a test's call away (the CPU term is tests/agent/test_worker_load.py).
+# Short answers keep each turn a few seconds; 2 calls per worker make LiveKit's dispatch observable, and with no CPU
+# limit that is a worker's only limit, exactly (the CPU term is tests/agent/test_worker_load.py).
 STACK_ENV = {"LLM_MAX_TOKENS": "40", "AGENT_MAX_SESSIONS": "2", "AGENT_LOAD_THRESHOLD": "0.9", "AGENT_CPU_LIMIT": "off"}
 
 
