@@ -7,8 +7,12 @@
 - `prewarm` loads Silero VAD and the engine (weights, CUDA graphs, warm-up), then tunes the runtime
   (GIL switch interval, gc.freeze; agent/voice.py says why). `initialize_process_timeout` is raised to
   `AGENT_INIT_TIMEOUT_S` (600 s) because a model load takes far longer than LiveKit's 10 s default.
-- `load_fnc`: max(active calls / `AGENT_MAX_SESSIONS`, active engine streams / engine capacity), so
-  LiveKit's dispatcher stops sending rooms to a machine whose TTS is full (`AGENT_LOAD_THRESHOLD`).
+- `load_fnc` (`current_load`): the largest share in use of three limits: calls of `AGENT_MAX_SESSIONS`, engine
+  streams of the engine's capacity, the process's CPU share of its cores of `AGENT_CPU_LIMIT`; scaled so that a
+  limit reached reads as `AGENT_LOAD_THRESHOLD`, where LiveKit offers the worker no call (docs/operations.md
+  "Capacity and load").
+- The first load check starts the sampler (agent/worker_stats.py: CPU, loop lag per call, GC, RSS; one JSON line a
+  second to `AGENT_STATS_PATH` when set); each call's loop gets a lag probe.
 - Remote engine: with `TTS_ENGINE_URL` set, no model is loaded here; synthesis goes over HTTP to
   `python -m tts_engine serve` (for deployments that put TTS on its own GPU).
 - Each job: connect (audio only), build `agent.voice.Call` with our audio output publishing its own
@@ -28,7 +32,7 @@ from livekit.agents import AutoSubscribe, JobContext, JobExecutorType, JobProces
 
 # LiveKit plugins must be registered on the main thread: the modules that import them (agent.vad: Silero;
 # agent.voice: the rest) are imported here, at module import, never first inside prewarm/entrypoint (job threads).
-from agent import livekit_internals
+from agent import livekit_internals, worker_stats
 from agent.callers import follow_callers
 from agent.config import AgentConfig
 from agent.engine_client import LocalBackend, RemoteBackend, TTSBackend
@@ -46,6 +50,7 @@ _active_calls = 0
 _tuned = False
 _speaks_random_weights = False  # the embedded random-weight checkpoint: the page says so
 _config: AgentConfig | None = None
+CPU_WINDOW_S = 5.0  # the load's CPU term: long enough to span a reply's bursts, short enough to see a new call
 
 
 def get_backend(cfg: AgentConfig) -> TTSBackend:
@@ -90,12 +95,34 @@ def prewarm(proc: JobProcess) -> None:
             _tuned = True
 
 
-def current_load() -> float:
+def current_load(server: Any = None) -> float:
+    """LiveKit's load_fnc: every 0.5 s and before each job offer (`server`: LiveKit's AgentServer). Each limit's share
+    in use: calls of `AGENT_MAX_SESSIONS` (LiveKit's own job count, so a call accepted but not yet connected
+    counts), engine streams of the engine's capacity, this process's CPU (last 5 s) as a share of the cores it may
+    use, of `AGENT_CPU_LIMIT`. The largest, scaled so that a limit reached is `AGENT_LOAD_THRESHOLD` exactly:
+    LiveKit offers no call to a worker at the threshold (docs/operations.md "Capacity and load")."""
     cfg = worker_config()
-    calls = _active_calls / cfg.max_sessions
+    stats = worker_stats.start(cfg.stats_path, _worker_state)
+    calls = len(server.active_jobs) if server is not None else _active_calls
     backend = _backend
-    streams = backend.active_streams / backend.capacity if backend is not None else 0.0
-    return min(1.0, max(calls, streams))
+    shares = {
+        "calls": calls / cfg.max_sessions,
+        "engine": backend.active_streams / backend.capacity if backend is not None else 0.0,
+        "cpu": stats.cpu_cores(CPU_WINDOW_S) / stats.cores / cfg.cpu_limit if cfg.cpu_limit else 0.0,
+    }
+    # + 1e-9: a limit reached must read as full through LiveKit's float sums (load + reserved * load / jobs)
+    load = min(1.0, cfg.load_threshold * max(shares.values()) + 1e-9)
+    stats.note_load(load, shares)
+    return load
+
+
+def _worker_state() -> dict[str, int]:
+    backend = _backend
+    return {
+        "calls": _active_calls,
+        "engine_active": backend.active_streams if backend is not None else 0,
+        "engine_capacity": backend.capacity if backend is not None else 0,
+    }
 
 
 async def entrypoint(ctx: JobContext) -> None:
@@ -109,11 +136,15 @@ async def entrypoint(ctx: JobContext) -> None:
     call = Call(cfg, vad=vad, backend=backend, session_id=f"{ctx.room.name}-{ctx.job.id[-6:]}")
     with _lock:
         _active_calls += 1
+    stats = worker_stats.running()
+    probe = stats.watch_loop() if stats is not None else None  # this call's loop lag
 
     async def on_shutdown() -> None:
         global _active_calls
         with _lock:
             _active_calls -= 1
+        if probe is not None:
+            probe.stop()
         await call.aclose()  # controller, session (idempotent), audio output, STT client; then trims the C heap
 
     ctx.add_shutdown_callback(on_shutdown)
