@@ -82,7 +82,7 @@ def turn_audio(turn: Turn) -> tuple[np.ndarray, list[int]]:
     return np.concatenate(parts), marks
 
 
-async def play_script(line: Line, script: Script, timeline: Timeline) -> Timeline:
+async def play_script(line: Line, script: Script, timeline: Timeline, final_wait_ms: float = FINAL_WAIT_MS) -> Timeline:
     last_user_end: float | None = None  # the last voiced sample of anything the caller said
     last_kind: ItemKind | None = None
     turn_end: float | None = None  # the last turn's true end
@@ -123,7 +123,7 @@ async def play_script(line: Line, script: Script, timeline: Timeline) -> Timelin
         else:
             anchor = rec.anchor
     if last_user_end is not None:
-        await wait_agent_done(line, last_user_end, last_kind is ItemKind.TURN, FINAL_WAIT_MS)
+        await wait_agent_done(line, last_user_end, last_kind is ItemKind.TURN, final_wait_ms)
     timeline.ended = line.now()
     return timeline
 

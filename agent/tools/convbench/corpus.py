@@ -16,10 +16,12 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import random
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ from agent.tools.convbench.audio import RATE, write_wav
 from agent.tools.convbench.script import FORMAT
 
 GENERATOR_VERSION = 1
+PARTS = ("corpus", "calls", "ci")
 SEED = 28  # issue 28
 # (id, espeak-ng voice, words per minute, pitch 0..99)
 SPEAKERS = [
@@ -168,7 +171,9 @@ class Renderer:
         name = hashlib.sha256(key.encode()).hexdigest()[:16] + ".wav"
         self.used.add(name)
         if not (self.clips / name).is_file():
-            write_wav(self.clips / name, make())
+            partial = self.clips / f".{name}.{os.getpid()}"
+            write_wav(partial, make())
+            partial.replace(self.clips / name)  # atomic: a concurrent build never reads half a clip
             self.rendered += 1
         return f"clips/{name}"
 
@@ -216,10 +221,16 @@ def _speaker_meta(speaker: tuple[str, str, int, int], r: Renderer) -> dict[str, 
 
 def _write(path: Path, doc: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=1) + "\n")
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_text(json.dumps(doc, indent=1) + "\n")
+    partial.replace(path)
 
 
-PARTS = ("corpus", "calls", "ci")
+def cached(parts: tuple[str, ...] = PARTS) -> Path:
+    """The corpus (or some parts) in this machine's temp folder, rendered once and reused (tests, quick runs)."""
+    out = Path(tempfile.gettempdir()) / f"convbench-corpus-{GENERATOR_VERSION}"
+    build(out, parts)
+    return out
 
 
 def build(out: Path, parts: tuple[str, ...] = PARTS) -> dict[str, int]:
