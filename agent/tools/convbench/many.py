@@ -46,10 +46,11 @@ from agent.tools.convbench.runner import JOIN_TIMEOUT_S, STACK_ENV
 from agent.tools.convbench.score import EOT_WINDOW_S, Signals, cued_rows
 from agent.tools.convbench.script import Script, Turn, load_script
 from agent.tools.convbench.timeline import Timeline
+from agent.tools.fake_openai import PRESETS
 from tts_engine.percentiles import percentiles
 
 GAP_MS = 40.0  # issue 32: an audible gap is no agent audio for more than 40 ms inside a reply
-STAND_INS = {"production": {"stt_latency_ms": 150, "llm_ttft_ms": 150, "token_ms": 25}}
+STAND_INS = {"production": PRESETS["production"]}  # agent.tools.fake_openai --preset production
 SPAWN_LEAD_S = 6.0  # caller processes import livekit and numpy before the first arrival
 
 
@@ -207,12 +208,10 @@ def level_summary(n: int, rows: list[dict], health: list[dict], worker: dict) ->
 # -- the whole command ------------------------------------------------------------------------------------------
 def stand_in(kind: str, log: Path) -> tuple[subprocess.Popen, str]:
     """agent.tools.fake_openai on a free port with `kind`'s times; returns the process and its base URL."""
-    port, times = free_port(), STAND_INS[kind]
+    port = free_port()
     log.parent.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agent.tools.fake_openai", "--port", str(port),
-         "--stt-latency-ms", str(times["stt_latency_ms"]), "--llm-ttft-ms", str(times["llm_ttft_ms"]),
-         "--token-ms", str(times["token_ms"])],
+        [sys.executable, "-m", "agent.tools.fake_openai", "--port", str(port), "--preset", kind],
         stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     wait_for_line(log, "fake OpenAI server on", 30, proc=proc)
