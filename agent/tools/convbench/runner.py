@@ -8,8 +8,9 @@ error) is recorded with its error and the run goes on.
 One room per script, not one per run: every script starts with a fresh agent session (no chat history carried
 from another speaker's conversation, the prompt stays short), a script that breaks a call cannot spoil the next
 one, and every room is dispatched its own job as a real call is. The cost is a join per script (about 2 s).
-`STACK_ENV` keeps each reply a few seconds long (token cap, no continuation): long enough for the cues (up to 3 s
-into a reply) and the stop/resume windows after them, short enough that a corpus run takes minutes, not an hour.
+`STACK_ENV` keeps each reply some seconds long (token cap, no continuation, no one-word answers): long enough for
+the cues (up to 3 s into a reply) and the stop/resume windows after them, short enough that a corpus run takes
+half an hour, not an hour.
 """
 
 from __future__ import annotations
@@ -27,7 +28,14 @@ from agent.tools.convbench.conductor import play_script, wait_agent_done
 from agent.tools.convbench.script import Script
 from agent.tools.convbench.timeline import Timeline
 
-STACK_ENV = {"LLM_MAX_TOKENS": "24", "ENABLE_CONTINUATION": "0"}
+STACK_ENV = {
+    "LLM_MAX_TOKENS": "12",  # SmolLM2 answers at length: 12 tokens are about 8 s of the random-weight voice
+    "ENABLE_CONTINUATION": "0",
+    # never a one-word answer (a reply shorter than its cue leaves the cued item unplayed); the LLM's words do
+    # not change how the agent takes turns
+    "AGENT_INSTRUCTIONS": "You are a friendly voice assistant. Answer every message in two or three full spoken "
+                          "sentences, without markdown, lists or emoji.",
+}
 JOIN_TIMEOUT_S = 90.0
 TRACE_SETTLE_S = 1.5  # a turn's trace is written when its reply ends or is cut: read them a moment after leaving
 WARMUP_TEXT = "Hello, can you hear me?"
