@@ -106,3 +106,16 @@ def test_the_worker_stats_file_is_read_and_summarized(tmp_path: Path) -> None:
     assert s["cpu_python_cores_mean"] == 0.5  # a key only one record has
     assert stats_file.summarize(records, T0 + 100, T0 + 200) == {"samples": 0}
     assert stats_file.read(tmp_path / "absent.jsonl") == [] and stats_file.read(None) == []
+
+
+def test_caller_processes_return_their_calls_and_health_even_when_calls_fail(tmp_path: Path) -> None:
+    """Two caller processes (spawned) against a token server that is not there: each call fails with its reason,
+    and each process still reports its pacing (no LiveKit needed)."""
+    tone(tmp_path / "a.wav")
+    (tmp_path / "s.json").write_text(json.dumps({"format": FORMAT, "items": [
+        {"id": "q", "kind": "turn", "clips": [{"wav": "a.wav"}]}]}))  # fmt: skip
+    timelines, health = many.run_calls("http://127.0.0.1:9/", tmp_path / "s.json", 3, window_s=0.5, procs=2,
+                                       turns=None)  # fmt: skip
+    assert len(timelines) == 3 and len(health) == 2
+    assert all(tl.errors and "ClientConnectorError" in tl.errors[0] for tl in timelines), [t.errors for t in timelines]
+    assert all(many.call_row(tl, many.DEFAULT_THRESHOLDS)["failed"] for tl in timelines)
