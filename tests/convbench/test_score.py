@@ -47,8 +47,10 @@ class Call:
             self.tl.plays.append(Play(item_id, kind, 0, T0 + at[0], T0 + at[1]))
         return self
 
-    def trace(self, t0: float, points: dict[str, float] | None = None, interrupt: float | None = None) -> Call:
-        record = {"wall_t0": T0 + t0, "points": {"vad_speech_end": 0.0, **(points or {})}, "interruptions": []}
+    def trace(self, t0: float, points: dict[str, float] | None = None, interrupt: float | None = None,
+              outcome: str = "answered") -> Call:  # fmt: skip
+        points = {"vad_speech_end": 0.0, **({} if outcome == "no_transcript" else {"stt_done": 0.3}), **(points or {})}
+        record = {"wall_t0": T0 + t0, "points": points, "interruptions": [], "outcome": outcome}
         if interrupt is not None:
             record["interruptions"].append({"interrupt_detected": interrupt - t0, "source": "vad"})
         self.tl.traces.append(record)
@@ -66,7 +68,7 @@ class Call:
 def test_a_pause_is_cut_by_a_commit_inside_it_and_not_by_one_after_the_resume() -> None:
     # clip 0 ends at 2.0, 700 ms pause, clip 1 3.0-4.0 ends, 500 ms pause, clip 2 4.5-5.5 (true end)
     call = Call().turn("t1", [(0.5, 2.0), (2.7, 4.0), (4.5, 5.5)], [700, 500], words=["table"])
-    call.trace(2.35, {"llm_request": 0.9})  # VAD end in the first pause, a reply started for it: committed there
+    call.trace(2.35, outcome="unanswered")  # the VAD ended a turn in the first pause, with words: committed there
     call.state(3.4, "thinking")  # the caller sees it only during clip 1: outside the second pause, not counted there
     call.trace(5.85, {"llm_request": 0.3}).state(6.3, "thinking").talk(7.0, 12.0).state(7.0, "speaking")
     call.text(6.2, "user", "I would like a table.")
@@ -81,6 +83,11 @@ def test_a_pause_is_cut_by_a_commit_inside_it_and_not_by_one_after_the_resume() 
     assert end["audio_ms"] == pytest.approx(1500.0, abs=10.0) and end["cut_inside"]
     assert end["words_found"] == ["table"]
     assert r["summary"]["true_ends"]["decision_ms_uncut"]["n"] == 0
+
+
+def test_a_vad_end_without_words_is_no_commit() -> None:
+    call = Call().turn("t1", [(0.5, 2.0), (3.0, 4.0)], [1000]).trace(2.3, outcome="no_transcript")
+    assert not call.scored()["pause_rows"][0]["cut"]
 
 
 def test_a_signal_at_the_caller_before_the_resume_cuts_the_pause_without_traces() -> None:
@@ -132,7 +139,7 @@ def test_a_backchannel_taken_as_a_turn_is_answered_and_a_natural_end_is_no_inter
     call.state(6.0, "thinking").state(7.0, "speaking").talk(7.0, 12.0)  # ... and it answered the "yeah"
     call.turn("t2", [(14.0, 15.0)], []).state(16.0, "speaking").talk(16.0, 17.5).state(17.5, "listening")
     call.cued("t2.noise", "noise", (17.0, 17.3), anchor=16.0)  # the reply simply ended 500 ms later
-    call.trace(15.3, {"llm_request": 0.1})
+    call.trace(15.3, {"llm_request": 0.1, "first_frame_published": 0.62})  # the trace of that reply: no cut
     rows = {r["item"]: r for r in call.scored()["cued_rows"]}
     bc, noise = rows["t1.backchannel"], rows["t2.noise"]
     assert bc["stopped"] and bc["cut_by_worker"] and bc["cut_source"] == "vad" and bc["answered"]
@@ -156,11 +163,14 @@ def test_barge_ins_silence_and_misses() -> None:
                                            "reason": "the agent was not speaking at the cue"}]  # fmt: skip
 
 
-def test_without_traces_every_decided_stop_counts() -> None:
+@pytest.mark.parametrize("traced", [None, "another reply"])
+def test_a_stop_counts_unless_a_trace_holds_the_reply(traced: str | None) -> None:
     call = Call().turn("t1", [(0.5, 2.0)], []).state(3.0, "speaking").talk(3.0, 4.9).state(4.9, "listening")
     call.cued("t1.backchannel", "backchannel", (4.0, 4.4), anchor=3.0)
+    if traced:
+        call.trace(0.2, {"first_frame_published": 0.5})  # a reply heard at ~0.6 s, not the one heard at 3.0 s
     (row,) = call.scored()["cued_rows"]
-    assert row["stopped"] and not row["reply_ended"]  # no trace to tell a natural end from a cut
+    assert row["stopped"] and not row["reply_ended"]  # nothing tells a natural end from an untraced cut
 
 
 def test_the_live_tracker_and_the_helpers() -> None:

@@ -24,7 +24,7 @@ from agent.tools.callbench.bench import device, versions
 from agent.tools.callbench.stack import LocalStack
 from agent.tools.convbench import report as reports
 from agent.tools.convbench.activity import Thresholds
-from agent.tools.convbench.runner import STACK_ENV, run_scripts
+from agent.tools.convbench.runner import STACK_ENV, read_traces, room_traces, run_scripts
 from agent.tools.convbench.score import score
 from agent.tools.convbench.script import ScriptError, load_corpus, load_script
 from agent.tools.convbench.timeline import Timeline
@@ -84,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--rescore: no recorded calls in {timelines_dir}")
         earlier = json.loads((args.out / "convbench.json").read_text())
         timelines = [Timeline.from_json(json.loads(p.read_text())) for p in paths]
+        records = read_traces(args.out / "stack" / "traces")
+        for tl in timelines:  # the stack's folder holds every trace, also those written after a call was left
+            tl.traces = room_traces(records, tl.room) or tl.traces
         meta = {k: earlier[k] for k in ("date", "command", "device", "versions", "config", "counts", "duration_s",
                                         "caller")}  # fmt: skip
         meta["rescored"] = _meta(args, {})["date"]
@@ -104,7 +107,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             timelines = asyncio.run(run_scripts(stack, scripts, thresholds))
         finally:
-            stack.stop()
+            stack.stop()  # drains the worker: every turn's trace is written by now
+        for tl in timelines:
+            tl.traces = room_traces(stack, tl.room)
         timelines_dir.mkdir(parents=True, exist_ok=True)
         for tl in timelines:
             (timelines_dir / f"{tl.script}.json").write_text(json.dumps(tl.to_json()) + "\n")

@@ -7,9 +7,10 @@ P1 -21.4), its longest dip below -55 dBFS lasted 30 ms; between replies the rece
 - `silence_db` -55: a frame below it is silent (the page's agent-silence level, web/app.js AudioActivity);
 - `stop_min_ms` 100: the agent *stopped* when it stays silent this long (3x the longest dip inside a reply); the
   stop's time is the first silent frame. Real weights pause between words: raise it (`--stop-min-ms 300`);
-- `duck_db` 10 and `duck_min_ms` 50: the agent *ducked* when its level (50 ms RMS windows) stays >= 10 dB under
-  the level it had in the 500 ms before the cue, but not silent, for 50 ms (the babble's 50 ms windows never
-  fall 10 dB under their median for that long inside a reply).
+- `duck_db` 10 and `duck_min_ms` 150: the agent *ducked* when its level (50 ms RMS windows) stays >= 10 dB under
+  the level it had in the 500 ms before the cue, but not silent, for 150 ms. On a quiet host the babble's windows
+  hardly dip; on a starved one (the baseline corpus run) the decoder's fade around a dropout stayed 10 dB down for
+  up to 110 ms, so a duck must outlast that.
 `AgentActivity` applies them live (the conductor cues items on it); `runs`/`level_windows` offline (scoring).
 """
 
@@ -27,7 +28,7 @@ class Thresholds:
     silence_db: float = -55.0
     stop_min_ms: float = 100.0
     duck_db: float = 10.0
-    duck_min_ms: float = 50.0
+    duck_min_ms: float = 150.0
     reference_ms: float = 500.0  # the agent's level before a cue: median of its 50 ms windows over this span
 
     def to_json(self) -> dict[str, float]:

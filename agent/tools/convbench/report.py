@@ -81,13 +81,13 @@ def markdown(report: dict[str, Any]) -> str:
         *[f"| {k} | {g['n']} | {g['cut']} | {_pct(g['rate'])} |" for k, g in p["by_kind"].items()],
         "", "| pauses by length (ms) | n | cut | rate |", "|---|---|---|---|",
         *[f"| {k} | {g['n']} | {g['cut']} | {_pct(g['rate'])} |" for k, g in p["by_length_ms"].items()],
-        "", "| after a ... | played | stopped | ducked | resumed (gap P50 ms) | answered as a turn | reply ended |",
-        "|---|---|---|---|---|---|---|",
+        "", "| after a ... | played | stopped | of which the reply was untraced | ducked | resumed (gap P50 ms) | "
+        "answered as a turn | reply ended |", "|---|---|---|---|---|---|---|---|",
     ]  # fmt: skip
     for kind in ("backchannel", "noise"):
         k = f[kind]
-        lines.append(f"| {kind} | {k['n']} | {k['stopped']} | {k['ducked']} | {k['resumed']} ({k['gap_ms']['p50']}) "
-                     f"| {k['answered']} | {k['reply_ended']} |")  # fmt: skip
+        lines.append(f"| {kind} | {k['n']} | {k['stopped']} | {k['stopped_untraced']} | {k['ducked']} | "
+                     f"{k['resumed']} ({k['gap_ms']['p50']}) | {k['answered']} | {k['reply_ended']} |")  # fmt: skip
     if s["not_played"]:
         lines += ["", f"Not played ({len(s['not_played'])}):", ""]
         lines += [f"- {r['script']} {r['item']} ({r['kind']}): {r['reason']}" for r in s["not_played"]]

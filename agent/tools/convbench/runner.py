@@ -16,9 +16,11 @@ half an hour, not an hour.
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from agent.tools.callbench.speech import speak
 from agent.tools.callbench.stack import LocalStack
@@ -41,8 +43,22 @@ TRACE_SETTLE_S = 1.5  # a turn's trace is written when its reply ends or is cut:
 WARMUP_TEXT = "Hello, can you hear me?"
 
 
-def room_traces(stack: LocalStack, room: str) -> list[dict]:
-    return [r for r in stack.traces() if str(r.get("session_id", "")).startswith(f"{room}-")]
+def room_traces(stack: LocalStack | list[dict], room: str) -> list[dict]:
+    """The trace records of `room`'s calls (the worker names a call `<room>-<job>`), from a stack or a list."""
+    records = stack.traces() if isinstance(stack, LocalStack) else stack
+    return [r for r in records if str(r.get("session_id", "")).startswith(f"{room}-")]
+
+
+def read_traces(folder: Path) -> list[dict]:
+    """Every trace record under `folder` (a stack's traces/, after the run)."""
+    records = []
+    for path in sorted(Path(folder).glob("*.jsonl")):
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return records
 
 
 async def warm_up(page_url: str, thresholds: Thresholds, tag: str) -> None:

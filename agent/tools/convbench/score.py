@@ -4,9 +4,11 @@ Signals that the agent took a turn, all on the caller's clock:
 - at the caller: its `lk.agent.state` goes to `thinking`, its audio starts (`activity`'s onset), its reply
   transcript arrives;
 - in the worker's traces (same host, `wall_t0`): a turn's `turn_committed` point. A worker whose traces have no
-  such point (today's) commits a VAD turn at its end of speech (`vad_speech_end`, the trace's t0): a trace that
-  went on to an LLM request counts as committed there. Once any trace of a run has `turn_committed`, only that
-  point counts (an early LLM request on a turn not yet committed is speculation, not a commit).
+  such point (today's VAD-only one) ends a user turn at the VAD's end of speech, where it opens the turn's trace
+  (`vad_speech_end`, t0): every trace with a transcript counts as committed there, `unanswered` ones included
+  (their words became a user message of their own; the reply that follows answers the half). Once any trace of
+  a run has `turn_committed`, only that point counts (an early LLM request on a turn not yet committed is
+  speculation, not a commit).
 Rows and rules:
 - Pause rows: a pause inside a turn is *cut* when a commit lies between its start (the last voiced sample before
   it) and `RESUME_SLACK_S` after the resume (the worker hears the resume that much later at most). The trace's
@@ -26,7 +28,10 @@ Rows and rules:
   whichever came first). A stop is the worker's cut when its trace
   has an interruption decided then; it *resumed* when its audio comes back within `RESUME_WINDOW_S` with no
   `thinking` in between (a `thinking` first means it took the item as a turn: `answered`). A stop that was neither
-  cut nor resumed, in a call whose traces are on record, was the reply's natural end: not an interruption.
+  cut nor resumed was the reply's natural end (not an interruption) only where the worker traced that reply (a
+  trace whose first frame was published up to `REPLY_TRACE_S` before the reply was heard) and recorded no
+  interruption of it; where no trace holds the reply (today's worker leaves the reply to a turn it answered again
+  after a cut untraced), a stop counts.
   False interruption = a backchannel or noise after which the agent stopped (cut or paused). Barge-in: onset ->
   silence (`silence_ms`), onset -> the first >= `duck_db` drop (`duck_ms`), a miss when it never went silent.
 """
@@ -45,6 +50,7 @@ from tts_engine.percentiles import percentiles
 EOT_WINDOW_S = 15.0
 STOP_WINDOW_S = 3.0
 EVIDENCE_LEAD_S = 0.2
+REPLY_TRACE_S = 1.5  # a reply's first frame is heard at the caller this long after its trace's publish at most
 RESUME_WINDOW_S = 5.0
 RESUME_SLACK_S = 0.2
 SIGNALS = ("trace_commit", "thinking", "agent_audio", "agent_transcript")
@@ -86,8 +92,9 @@ class Signals:
         if commit_point == "turn_committed":
             self.commits = [tr["wall_t0"] + tr["points"]["turn_committed"] for tr in traces
                             if "turn_committed" in tr["points"]]  # fmt: skip
-        else:
-            self.commits = [tr["wall_t0"] for tr in traces if "llm_request" in tr["points"]]
+        else:  # the VAD ended a user turn there: every trace is opened at that end; one with words is a turn
+            self.commits = [tr["wall_t0"] for tr in traces
+                            if "stt_done" in tr["points"] and tr.get("outcome") != "no_transcript"]  # fmt: skip
         self.interruptions = [
             (tr["wall_t0"] + irq["interrupt_detected"], irq.get("source", ""))
             for tr in tl.traces
@@ -95,13 +102,18 @@ class Signals:
             for irq in tr.get("interruptions", [])
         ]  # fmt: skip
         self.states = tl.states
-        self.has_traces = bool(tl.traces)
+        self.published = [tr["wall_t0"] + tr["points"]["first_frame_published"] for tr in traces
+                          if "first_frame_published" in tr["points"]]  # fmt: skip
 
     def earliest_commit(self, lo: float, hi: float) -> tuple[str, float] | None:
         found = [(t, name) for name, times in zip(SIGNALS, (self.commits, self.thinking, self.onsets, self.agent_text),
                                                    strict=True)
                  if (t := _first(times, lo, hi)) is not None]  # fmt: skip
         return (min(found)[1], min(found)[0]) if found else None
+
+    def reply_traced(self, heard: float | None) -> bool:
+        """Whether a trace holds the reply first heard at `heard` (its first frame published shortly before)."""
+        return heard is not None and any(heard - REPLY_TRACE_S <= t <= heard + 0.05 for t in self.published)
 
     def silent_runs(self, lo: float, hi: float) -> list[float]:
         """Arrival of the first frame of each silent run of `stop_min_ms` that begins in [lo, hi)."""
@@ -202,10 +214,11 @@ def cued_rows(tl: Timeline, sig: Signals) -> list[dict[str, Any]]:
         back = _first(sig.onsets, stop, stop + RESUME_WINDOW_S) if stop is not None else None
         thought = _first(sig.thinking, stop, back) if stop is not None and back is not None else None
         resumed = back is not None and thought is None
-        natural = stop is not None and cut is None and not resumed and sig.has_traces
+        natural = stop is not None and cut is None and not resumed and sig.reply_traced(rec.anchor)
         row.update({
             "reference_db": None if ref is None else round(ref, 1),
             "stopped": stop is not None and not natural, "silence_ms": _ms(onset, stop), "reply_ended": natural,
+            "reply_traced": sig.reply_traced(rec.anchor),
             "dropouts": dropouts,
             "duck_ms": _ms(onset, first_drop), "ducked": duck is not None,
             "cut_by_worker": cut is not None, "cut_source": cut[1] if cut else None,
@@ -266,6 +279,7 @@ def summarize(pauses: list[dict], ends: list[dict], cued: list[dict]) -> dict[st
                       "resumed": sum(r["resumed"] for r in played[kind]),
                       "answered": sum(r["answered"] for r in played[kind]),
                       "reply_ended": sum(r["reply_ended"] for r in played[kind]),
+                      "stopped_untraced": sum(r["stopped"] and not r["reply_traced"] for r in played[kind]),
                       "gap_ms": _summary([r["gap_ms"] for r in played[kind]])}
                for kind in ("backchannel", "noise")},
         },
