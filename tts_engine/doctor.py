@@ -12,7 +12,7 @@ Contract:
   value (every tensor fits if that key had another value), the problem names that key, its value and the value the
   tensors fit, instead of blaming the tensors. Tensors outside the prefixes we load (`speaker_encoder.*` of a Base
   model, the codec's `encoder.*`) are ignored; unexpected tensors inside them (`talker.*`, `decoder.*`) are problems
-  (the official module tree saves exactly the tensors ours expects: shared/reference/parity_reference.md).
+  (the official module tree saves exactly the tensors ours expects: tests/parity/official_ref.py loads it).
 - `verify(model_dir)` raises `CheckpointError` whose one-line message joins all problems with " | ".
   `tts_engine.model.loader.load_model` calls it before it reads a weight, so `Engine.load` (serve, simulate, the agent
   worker), `synthesize` and the benches all run it; `agent.preflight.check_weights` reports `diagnose`'s problems.

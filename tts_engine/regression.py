@@ -1,4 +1,4 @@
-"""Regression suite and release gates (DESIGN.md §7): `python -m tts_engine regression --mode fast|full`.
+"""Regression suite and release gates: `python -m tts_engine regression --mode fast|full` (docs/engine.md).
 
 Runs a fixed set of cases through the real engine (in process, warmed up), writes per-case WAVs and code
 dumps plus `summary.json` = {"pass", "gates": {name: {"pass", "value", "threshold", ...}}, "device",
@@ -38,12 +38,11 @@ from typing import Any
 
 import numpy as np
 
+from tts_engine.audio_format import SAMPLE_RATE
 from tts_engine.percentiles import percentiles
 
 log = logging.getLogger("tts_engine.regression")
 
-SAMPLES_PER_FRAME = 1920
-SAMPLE_RATE = 24_000
 IDENTICAL_SNR_DB = 200.0
 REPEAT_MAX_PERIOD = 16
 REPEAT_LIMIT_FRAMES = 25

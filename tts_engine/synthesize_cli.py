@@ -16,8 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-SAMPLES_PER_FRAME = 1920
-SAMPLE_RATE = 24_000
+from tts_engine.audio_format import SAMPLE_RATE, SAMPLES_PER_FRAME
+
 DECODE_CHUNK_FRAMES = 25
 DEFAULT_MAX_POSITIONS = 4096
 

@@ -1,6 +1,6 @@
 """The 12 Hz codec decoder (speech tokenizer v2): codes [B, 16, T] -> 24 kHz PCM [B, T*1920], fp32.
 
-Contract (docs/codec.md, INTERFACES.md):
+Contract (docs/codec.md):
 - `CodecDecoder.from_pretrained(speech_tokenizer_dir, device)` reads `config.json` and the `decoder.*` tensors of
   `model.safetensors` by their real names; any problem raises `CheckpointError` naming the file, the tensor and
   the expected shape. The encoder (`encoder.*`, voice cloning only) is not read. Always fp32.

@@ -11,7 +11,7 @@ vocab.json merges.txt tokenizer_config.json speech_tokenizer/*` (the last via M2
   speech tokenizer stays fp32); tensors are generated one at a time (peak RAM ~ the bf16 file plus one fp32 tensor).
 - The text tokenizer is a small byte-level BPE trained with `tokenizers` whose byte tokens carry the GPT-2/Qwen2
   ids (so "\\n" is 198) and whose specials and chat-template words carry the real Qwen2 ids *in vocab.json*
-  (transformers 5 ignores ids listed only in tokenizer_config.json; parity_reference.md §3).
+  (transformers 5 ignores ids listed only in tokenizer_config.json; docs/model.md, "Random checkpoints").
 CLI: `python -m tts_engine make-checkpoint --preset tiny|0.6b|1.7b --out DIR [--seed N]`.
 """
 
@@ -26,9 +26,11 @@ from typing import Any
 
 import torch
 
+from tts_engine.audio_format import SAMPLE_RATE
+
 PRESETS = ("tiny", "0.6b", "1.7b")
 
-# Real codec-token tables of the CustomVoice models (shared/reference/qwen3_tts.md §1.3).
+# Real codec-token tables of the CustomVoice models (their config.json `codec_language_id` / `spk_id`).
 LANGUAGE_IDS = {
     "english": 2050, "german": 2053, "spanish": 2054, "chinese": 2055, "japanese": 2058, "french": 2061,
     "sichuan_dialect": 2062, "korean": 2064, "russian": 2069, "italian": 2070, "portuguese": 2071,
@@ -109,7 +111,7 @@ def root_config(preset: str) -> dict[str, Any]:
         "im_start_token_id": 151644, "im_end_token_id": 151645, "assistant_token_id": 77091,
         "tts_pad_token_id": 151671, "tts_bos_token_id": 151672, "tts_eos_token_id": 151673,
         "talker_config": talker,
-        "speaker_encoder_config": {"enc_dim": hidden, "sample_rate": 24000},
+        "speaker_encoder_config": {"enc_dim": hidden, "sample_rate": SAMPLE_RATE},
         "transformers_version": "4.57.3",
     }
 

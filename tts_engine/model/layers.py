@@ -1,6 +1,6 @@
 """Qwen3-style decoder building blocks shared by the talker and the code predictor (inference only).
 
-Contract (facts: shared/reference/qwen3_tts.md §1.2, §6):
+Contract (docs/model.md, "The frame step"):
 - `RMSNorm`: mean of squares in fp32, cast back to the input dtype, then multiplied by the weight.
 - `DecoderLayer`: pre-norm attention (per-head q/k RMSNorm applied before rotate-half RoPE, GQA, no biases,
   scale head_dim**-0.5) and a SwiGLU MLP, both with residuals. Parameter names equal the checkpoint's.

@@ -1,4 +1,4 @@
-"""CustomVoice prompt assembly, both text layouts of shared/reference/qwen3_tts.md §3.1-3.2.
+"""CustomVoice prompt assembly, both text layouts (docs/model.md, "Prompt" and "Streaming-text layout").
 
 Contract: `validate_request` checks text/speaker/language (errors list the valid values); a `PromptEmbedder`
 returns the talker prefill embeddings [T, H] and the number of text tokens:
@@ -169,6 +169,13 @@ class PromptEmbedder:
     def project(self, ids: list[int]) -> torch.Tensor:
         """Text embeddings [len(ids), H] of token ids (the streaming layout's per-frame text rows)."""
         return self._project([list(ids)])[0]
+
+    @torch.no_grad()
+    def project_many(self, pieces: list[list[int]]) -> list[torch.Tensor]:
+        """`project` of several id lists as ONE batch (one gather, one copy, one projection), split back per list:
+        the streaming-text rows of every stream whose text grew since the last step."""
+        rows = self._project([[i for piece in pieces for i in piece]])[0]
+        return list(rows.split([len(piece) for piece in pieces]))
 
     @torch.no_grad()
     def streaming(self, first_id: int, speaker: str, language: str, instruct: str | None = None) -> torch.Tensor:
