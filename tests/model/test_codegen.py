@@ -7,13 +7,8 @@ import torch
 
 from tts_engine.errors import EmptyTextError, TTSInputError, UnknownLanguageError, UnknownSpeakerError
 from tts_engine.model.loader import LoadedModel
-from tts_engine.runtime.codegen import (
-    FRAMES_BASE,
-    FRAMES_PER_TEXT_TOKEN,
-    CodeGenerator,
-    SamplingParams,
-    generate_codes,
-)
+from tts_engine.runtime.codegen import CodeGenerator, SamplingParams, generate_codes
+from tts_engine.text.speech_length import frame_budget
 
 SEEDED = SamplingParams(do_sample=True, subtalker_do_sample=True, temperature=0.9, top_k=50, top_p=0.95, seed=1234)
 
@@ -106,15 +101,16 @@ def test_eos_ends_stream_and_is_masked_for_first_frames(tiny_model: LoadedModel)
             assert int(codes[0, 0]) == eos and bool(done[0])
 
 
-def test_runaway_cap_tied_to_text_length(tiny_model: LoadedModel) -> None:
+def test_runaway_cap_sized_from_the_text(tiny_model: LoadedModel) -> None:
     gen = CodeGenerator(tiny_model, max_slots=1, max_seq_len=2048)
     short = gen.prepare("hello world", "serena", "english")
-    long = gen.prepare("hello world " * 20, "serena", "english")
-    assert short.max_frames == FRAMES_BASE + FRAMES_PER_TEXT_TOKEN * short.n_text_tokens
-    assert long.max_frames == min(FRAMES_BASE + FRAMES_PER_TEXT_TOKEN * long.n_text_tokens,
-                                  2048 - long.embeds.shape[0])
+    long = gen.prepare("hello world " * 40, "serena", "english")
+    assert short.max_frames == frame_budget("hello world") == 20 + 17  # floor + 11 characters x 1.5
+    assert long.max_frames == min(frame_budget(("hello world " * 40).strip()), 2048 - long.embeds.shape[0])
+    slower = CodeGenerator(tiny_model, max_slots=1, max_seq_len=2048, cap_scale=2.0)  # TTS_DEEP_STREAM_RUNAWAY_SCALE
+    assert slower.prepare("hello world", "serena", "english").max_frames == 20 + 33
     small = CodeGenerator(tiny_model, max_slots=1, max_seq_len=64)
-    medium = small.prepare("hello world", "serena", "english")
+    medium = small.prepare("hello world, hello", "serena", "english")
     assert medium.max_frames == 64 - medium.embeds.shape[0]  # bounded by the cache room
     # a text whose expected speech cannot fit is refused up front, naming the variable that raises the room
     with pytest.raises(TTSInputError, match="too long for one stream.*TTS_DEEP_STREAM_MAX_POSITIONS") as info:
