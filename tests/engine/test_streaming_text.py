@@ -47,7 +47,7 @@ async def test_codes_equal_the_reference_and_a_dry_stream_is_parked(shared_engin
 
     task = asyncio.create_task(consume())
     stream.push("Hello there, my")  # tokens: Hello, " there", ","; " my" may still grow
-    await wait_until(lambda: engine.scheduler.text_rows.parked)  # it ran through its text and waits
+    await wait_until(lambda: engine.scheduler.slots.parked)  # it ran through its text and waits
     frames = engine.stats()["frames_generated"]
     assert 0 < frames < FRAMES and engine.stats()["running_streams"] == 0
     other = await engine.synthesize("A whole text meanwhile.", "ryan", max_frames=6)  # not held back
@@ -60,7 +60,7 @@ async def test_codes_equal_the_reference_and_a_dry_stream_is_parked(shared_engin
     await asyncio.wait_for(task, 60)
     assert [p.index for p in packets] == list(range(len(packets)))
     assert torch.equal(torch.as_tensor(stream.codes()), reference(tiny_model, text, speaker))
-    assert engine.active_streams() == 0 and not engine.scheduler.text_rows.parked
+    assert engine.active_streams() == 0 and not engine.scheduler.slots.parked
 
 
 async def test_concurrent_streams_park_and_return_independently(make_engine, tiny_model) -> None:
@@ -89,9 +89,9 @@ async def test_cancelling_a_parked_stream_frees_its_slot(make_engine) -> None:
     stream.push("Hello there, my")
     first = await asyncio.wait_for(stream.__anext__(), 30)
     assert first.index == 0
-    await wait_until(lambda: engine.scheduler.text_rows.parked)
+    await wait_until(lambda: engine.scheduler.slots.parked)
     await stream.aclose()
-    await wait_until(lambda: not engine.scheduler.text_rows.parked)
+    await wait_until(lambda: not engine.scheduler.slots.parked)
     assert engine.active_streams() == 0 and engine.stats()["streams_cancelled"] == 1
     assert len(await engine.synthesize("Hi.", "serena", max_frames=2)) == 2 * 1920
 
@@ -146,7 +146,7 @@ async def test_many_streams_with_whole_text_ones_and_cancels_keep_their_codes(ma
                                           whole(0.05), whole(0.3)), 180)
     for i, codes in results.items():
         assert torch.equal(codes, reference(tiny_model, *jobs[i])), (seed, i)
-    await wait_until(lambda: engine.active_streams() == 0 and not engine.scheduler.text_rows.parked)
+    await wait_until(lambda: engine.active_streams() == 0 and not engine.scheduler.slots.parked)
     assert engine.healthy and engine.stats()["running_streams"] == 0
 
 
@@ -157,7 +157,7 @@ async def test_a_dropped_parked_stream_frees_its_slot(make_engine) -> None:
     stream = engine.open_text_stream("serena", layout="tokens", max_frames=400)
     stream.push("Hello there, my")
     await asyncio.wait_for(stream.__anext__(), 30)
-    await wait_until(lambda: engine.scheduler.text_rows.parked)
+    await wait_until(lambda: engine.scheduler.slots.parked)
     del stream
     gc.collect()
-    await wait_until(lambda: not engine.scheduler.text_rows.parked and engine.active_streams() == 0)
+    await wait_until(lambda: not engine.scheduler.slots.parked and engine.active_streams() == 0)

@@ -51,6 +51,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--client-buffer-ms", default="0",
                         help="load: the listener buffer the engine is told of (TTS_DEEP_STREAM_CLIENT_BUFFER_MS); a "
                              "comma list runs every level under each value")
+    parser.add_argument("--text-input", default="whole", choices=("whole", "tokens"),
+                        help="load: each stream's text given whole, or pushed one word at a time into a streaming-text "
+                             "stream (layout tokens)")
+    parser.add_argument("--word-interval-ms", type=float, default=60.0,
+                        help="load, --text-input tokens: one word pushed every this many ms (default 60)")
+    parser.add_argument("--gate-first-p95-ms", type=float, default=None,
+                        help="load: exit with status 1 if a level has a late stream (for the buffer the engine was "
+                             "told of), a refused or failed one, or first audio P95 over this")
     parser.add_argument("--attention-rows", default="",
                         help="steps/load: row counts for the talker attention micro-benchmark (sdpa vs reduce)")
 
@@ -119,13 +127,15 @@ def run_mode(args: argparse.Namespace, model_dir: str) -> dict[str, Any]:
             write_json(partial, result)
         if levels:
             result["arrivals"] = {"mode": args.arrivals, "window_s": args.window, "rate": args.rate}
+            result["text_input"] = {"mode": args.text_input, "word_interval_ms": args.word_interval_ms}
             result["levels"] = []
             for buffer_ms in declared:
                 # the admission policy is the only thing the declared buffer changes (runtime/admission.py)
                 engine.scheduler.policy = dataclasses.replace(engine.scheduler.policy, client_buffer_ms=buffer_ms)
                 print(f"[bench load] engine told of a {buffer_ms:g} ms client buffer", flush=True)
                 for level in run_load(engine, levels, frames=args.frames, arrivals=args.arrivals,
-                                      window_s=args.window, rate=args.rate, buffers_ms=buffers, **common):
+                                      window_s=args.window, rate=args.rate, buffers_ms=buffers,
+                                      text_input=args.text_input, word_interval_ms=args.word_interval_ms, **common):
                     result["levels"].append({"client_buffer_ms": buffer_ms, **level})
                     write_json(partial, result)
             print(format_table([level_row(s) for s in result["levels"]], LEVEL_COLUMNS), flush=True)
@@ -144,8 +154,10 @@ def run_mode(args: argparse.Namespace, model_dir: str) -> dict[str, Any]:
 
 
 def write_load_results(result: dict[str, Any], results_dir: Path, plot: str = "") -> Path:
-    """<gpu>_load[_preset].json + .md beside it + the PNG; returns the JSON path."""
-    name = device_slug(result["device"]) + "_load" + ("" if result["preset"] == "0.6b" else f"_{result['preset']}")
+    """<gpu>_load[_tokens][_preset].json + .md beside it + the PNG; returns the JSON path."""
+    tokens = result.get("text_input", {}).get("mode") == "tokens"
+    name = (device_slug(result["device"]) + "_load" + ("_tokens" if tokens else "")
+            + ("" if result["preset"] == "0.6b" else f"_{result['preset']}"))
     path = write_json(results_dir / f"{name}.json", result)
     lines = [f"# {result['device']}, preset {result['preset']}, {result['date']}", "", *load_markdown(result)]
     (results_dir / f"{name}.md").write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -27,7 +27,7 @@ Contract:
   run the 256 bucket, 44 ms, 251 + 16 rows the 320 bucket, 53 ms). A stream whose next packet is late whatever
   happens (negative slack with one admission) does not hold newcomers back: waiting would not make it on time;
   every stream still on time stays on time.
-Pure Python and deterministic for given inputs: the CPU tests drive it with made-up clocks.
+The policy is plain Python and deterministic for given inputs: the CPU tests drive it with made-up clocks.
 """
 
 from __future__ import annotations
@@ -36,6 +36,10 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import torch
+
+from tts_engine.errors import ConfigError
 
 
 def capacity_from_costs(step_ms: Mapping[int, float], budget_ms: float, slots: int) -> int:
@@ -119,13 +123,10 @@ ROW_RESERVE_BYTES = 40 << 20
 
 def resolve_slots(config: Any, model: Any) -> int:
     """Slots: the configured number, 16 on a CPU, or on CUDA what fits `gpu_memory_fraction` of the memory free
-    now (weights loaded): talker KV rows + decoder context + ROW_RESERVE_BYTES per slot, at most AUTO_MAX_SLOTS."""
+    now (weights loaded): talker KV rows + decoder context + ROW_RESERVE_BYTES per slot, one row of it kept for the
+    slot table's scratch row (runtime/slots.py), at most AUTO_MAX_SLOTS."""
     if config.max_streams > 0:
         return config.max_streams
-    import torch
-
-    from tts_engine.errors import ConfigError
-
     if model.device.type != "cuda":
         return CPU_SLOTS
     t = model.config.talker
@@ -133,7 +134,7 @@ def resolve_slots(config: Any, model: Any) -> int:
     probe = model.codec.new_state(1)
     context = sum(x.numel() * x.element_size() for x in (*probe.tails, probe.kv_k, probe.kv_v))
     free, _ = torch.cuda.mem_get_info(model.device)
-    fit = int(free * config.gpu_memory_fraction) // (kv + context + ROW_RESERVE_BYTES)
+    fit = int(free * config.gpu_memory_fraction) // (kv + context + ROW_RESERVE_BYTES) - 1  # the scratch row
     if fit < 1:
         raise ConfigError(
             f"no room for one stream slot: {free / 2**30:.1f} GiB of GPU memory free, one slot needs "

@@ -52,7 +52,7 @@ class FrameStepper:
         self.decoder = decoder
         self.graphs = graphs
         self.max_slots = max_slots
-        self.state = decoder.new_state(max_slots)
+        self.state = decoder.new_state(codegen.max_slots)  # every row of the code generator (scratch row too)
         self._views: dict[int, Any] = {}
         self._timer = StepTimer(device, enabled=timing)
         graphs.capture(self.state_rows, self.reset_state)
