@@ -107,6 +107,29 @@ def test_batch_rows_are_independent(codec: CodecDecoder) -> None:
         assert snr_db(codec(codes[row : row + 1])[0], together[row]) >= 100.0
 
 
+def test_rows_past_the_live_count_keep_their_context(codec: CodecDecoder) -> None:
+    """A batched step over more rows than are live (a row bucket with free or parked slots) leaves the others as
+    they were, and the live rows decode as they would alone."""
+    codes = random_codes(3, 6, seed=5)
+    state = codec.new_state(3)
+    codec.step(codes[:, :, :3], state)
+    batched = [*state.tails, state.positions]  # [B, ...]
+    layered = [state.kv_k, state.kv_v]  # [layers, B, ...]
+    before = [t.clone() for t in batched], [t.clone() for t in layered]
+    state.live_rows = torch.tensor([1])
+    live = codec.step(codes[:, :, 3:4], state)
+    for old, new in zip(before[0], batched, strict=True):
+        assert torch.equal(old[1:], new[1:])
+    for old, new in zip(before[1], layered, strict=True):
+        assert torch.equal(old[:, 1:], new[:, 1:]) and not torch.equal(old[:, :1], new[:, :1])
+    alone = codec.new_state(1)
+    codec.step(codes[:1, :, :3], alone)
+    assert snr_db(codec.step(codes[:1, :, 3:4], alone)[0], live[0]) >= 100.0
+    state.live_rows = None
+    codec.step(codes[:, :, 4:5], state)  # the held rows go on from where they were
+    assert state.positions.tolist() == [5, 4, 4]
+
+
 def test_negative_codes_are_padding_and_out_of_range_is_refused(codec: CodecDecoder) -> None:
     codes = random_codes(1, 5, seed=5)
     padded = codes.clone()

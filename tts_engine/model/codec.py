@@ -12,6 +12,8 @@ Contract (docs/codec.md):
   recent keys/values per transformer layer and a per-row position counter (device tensor). No host syncs and no
   data-dependent Python branches in `step`; shapes are fixed for a fixed n (CUDA-graph capturable).
   `step` does not check code ranges (that would sync); it clamps them into [0, codebook_size).
+- With `state.live_rows` set, a step advances rows [0, live_rows) only: the other rows' context and position stay as
+  they were (their output is garbage), so a batched step may run rows that belong to no running stream.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from tts_engine.model.codec_layers import (
     DecoderBlock,
     SnakeBeta,
     StatefulModule,
+    StreamContext,
     Weights,
 )
 from tts_engine.model.codec_transformer import PreTransformer
@@ -47,6 +50,15 @@ class CodecState:
     kv_k: torch.Tensor  # [layers, B, kv_heads, window-1, head_dim]
     kv_v: torch.Tensor
     positions: torch.Tensor  # [B] int64: frames decoded so far per row
+    # rows [0, live_rows) advance in a step, the others read their context and keep it (a [1] int64 device tensor
+    # the engine shares with its code generator; None: every row advances)
+    live_rows: torch.Tensor | None = None
+
+    def live(self) -> torch.Tensor | None:
+        """[B] bool: the rows a step may advance (None: all)."""
+        if self.live_rows is None:
+            return None
+        return torch.arange(self.positions.shape[0], device=self.positions.device) < self.live_rows
 
     def reset_(self, rows: torch.Tensor | slice | int) -> None:
         """Zero the selected batch rows so their next step starts a fresh stream (slot reuse)."""
@@ -172,16 +184,18 @@ class CodecDecoder(nn.Module):
     def step(self, codes: torch.Tensor, state: CodecState) -> torch.Tensor:
         self._check_codes(codes)
         n = codes.shape[2]
-        latent = self.pre_conv(self.dequantizer(codes.long().clamp(0, self.cfg.codebook_size - 1)), state.tails)
-        hidden = self.pre_transformer(latent.transpose(1, 2), state.kv_k, state.kv_v, state.positions)
-        state.positions.add_(n)
+        live = state.live()
+        tails = StreamContext(state.tails, live)
+        latent = self.pre_conv(self.dequantizer(codes.long().clamp(0, self.cfg.codebook_size - 1)), tails)
+        hidden = self.pre_transformer(latent.transpose(1, 2), state.kv_k, state.kv_v, state.positions, live)
+        state.positions.add_(n if live is None else live.long() * n)
         x = hidden.transpose(1, 2)
         for up, convnext in self.upsample:
-            x = convnext(up(x, state.tails), state.tails)
-        x = self.input_conv(x, state.tails)
+            x = convnext(up(x, tails), tails)
+        x = self.input_conv(x, tails)
         for block in self.blocks:
-            x = block(x, state.tails)
-        wav = self.output_conv(self.output_act(x), state.tails)
+            x = block(x, tails)
+        wav = self.output_conv(self.output_act(x), tails)
         return wav.clamp(-1.0, 1.0).squeeze(1)
 
     # ---- intermediate outputs (parity tests) -----------------------------------------------------------------
@@ -194,5 +208,5 @@ class CodecDecoder(nn.Module):
     def transformer_output(self, codes: torch.Tensor) -> torch.Tensor:
         """codes [B, 16, T] -> pre-transformer output [B, T, latent_dim] of a single pass."""
         state = self.new_state(codes.shape[0])
-        latent = self.pre_conv(self.dequantize(codes), state.tails)
+        latent = self.pre_conv(self.dequantize(codes), StreamContext(state.tails))
         return self.pre_transformer(latent.transpose(1, 2), state.kv_k, state.kv_v, state.positions)

@@ -6,7 +6,8 @@ Contract:
   calls `CodeGenerator.step(n)` once (the one call site of the talker/predictor step) and decodes the new frame of
   every row with `CodecDecoder.step` at a fixed one-frame granularity (the one call site of the decoder step),
   both through runtime/frame_step.FrameStepper. A step for n rows runs the smallest row bucket >= n
-  (runtime/step_graphs.StepGraphs, graphed per bucket); rows past n are computed and ignored.
+  (runtime/step_graphs.StepGraphs, graphed per bucket); rows past n (free, or parked streams) are computed but
+  their state is left unchanged (`CodeGenerator.set_live_rows`, `CodecState.live_rows`).
 - Streaming-text streams get their text row before each step and are parked while their text runs dry
   (runtime/text_rows.py); a parked stream takes no step and holds no row.
 - Between two steps the worker drops streams whose consumer cancelled (a flag set by the consumer, running or

@@ -61,8 +61,9 @@ class StepGraphs:
       logits processing, c0 choice, 15 predictor passes with sampling, talker step) is one graph per
       (bucket, sampling) pair; with one switch on, only that half (`predict_frame` / `advance_talker`) is graphed.
     - Decoder: `CodecDecoder.step` on one frame per bucket, bound to the scheduler's decoder-state views.
-    - On CUDA a step for n rows runs the smallest bucket >= n, graphed or not; rows past n are free slots whose
-      output is ignored and whose state is reset on admission. (On the CPU there is no bucketing.)
+    - On CUDA a step for n rows runs the smallest bucket >= n, graphed or not; rows past n (free slots, parked
+      streams) are computed but keep their state (the live-row count), and their output is ignored. (On the CPU
+      there is no bucketing.)
     - Anything not captured (switch off, CPU, capture failure, a sampling variant not captured) runs eagerly
       and is counted in `stats.fallback_reasons`.
     - With all three switches on, `frame_step` replays one graph per (bucket, sampling) that overlaps the
