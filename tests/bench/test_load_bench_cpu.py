@@ -122,7 +122,7 @@ def test_the_gate_names_what_a_level_missed() -> None:
     refused = {"concurrency": 512, "client_buffer_ms": 100.0, "refused": 4, "errors": 0}
     assert load_bench.gate_failures([ok], 150.0) == []
     assert load_bench.gate_failures([late, refused], 150.0) == [
-        "N=128 (told 0 ms): 3 stream(s) with a late packet at B = 0 ms",
-        "N=128 (told 0 ms): first audio P95 180.0 ms > 150 ms",
-        "N=512 (told 100 ms): 4 refused, 0 failed",
+        "N=128 (whole text, told 0 ms): 3 stream(s) with a late packet at B = 0 ms",
+        "N=128 (whole text, told 0 ms): first audio P95 180.0 ms > 150 ms",
+        "N=512 (whole text, told 100 ms): 4 refused, 0 failed",
     ]

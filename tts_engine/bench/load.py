@@ -325,7 +325,7 @@ def gate_failures(levels: list[dict[str, Any]], first_p95_ms: float) -> list[str
     out = []
     for s in levels:
         told = int(s.get("client_buffer_ms", 0.0))
-        name = f"N={s['concurrency']} (told {told} ms)"
+        name = f"N={s['concurrency']} ({s.get('text_input', 'whole')} text, told {told} ms)"
         late = s.get(f"buffer_{told}ms", {}).get("late_streams")
         if "first_audio_ms" not in s or s.get("refused") or s.get("errors"):
             out.append(f"{name}: {s.get('refused')} refused, {s.get('errors')} failed")
@@ -337,14 +337,15 @@ def gate_failures(levels: list[dict[str, Any]], first_p95_ms: float) -> list[str
     return out
 
 
-LEVEL_COLUMNS = ["N", "told_buf_ms", "first_p50_ms", "first_p95_ms", "first_p99_ms", "text_wait_p95_ms",
+LEVEL_COLUMNS = ["N", "text", "told_buf_ms", "first_p50_ms", "first_p95_ms", "first_p99_ms", "text_wait_p95_ms",
                  "rtf_p50", "rtf_p95", "viab_B0", "viab_B100", "late_B0", "worst_late_B0_ms", "audio_s/s", "refused"]
 
 
 def level_row(s: dict[str, Any]) -> dict[str, Any]:
     fa, rtf = s.get("first_audio_ms", {}), s.get("rtf", {})
     b0, b100 = s.get("buffer_0ms", {}), s.get("buffer_100ms", {})
-    return {"N": s["concurrency"], "told_buf_ms": s.get("client_buffer_ms", 0.0), "first_p50_ms": fa.get("p50"),
+    return {"N": s["concurrency"], "text": s.get("text_input", "whole"),
+            "told_buf_ms": s.get("client_buffer_ms", 0.0), "first_p50_ms": fa.get("p50"),
             "first_p95_ms": fa.get("p95"), "first_p99_ms": fa.get("p99"),
             "text_wait_p95_ms": s.get("text_wait_ms", {}).get("p95"), "rtf_p50": rtf.get("p50"),
             "rtf_p95": rtf.get("p95"),
