@@ -110,8 +110,7 @@ class Engine:
         self.counters = EngineCounters()
         fusion = fuse_model(model)  # CUDA: compiled (fused) layer pieces, before any graph is captured
         self.slots = resolve_slots(config, model)
-        # one row more than the slots: the slot table's scratch row (runtime/slots.py)
-        self.codegen = CodeGenerator(model, max_slots=self.slots + 1, max_seq_len=config.max_positions,
+        self.codegen = CodeGenerator(model, max_slots=self.slots, max_seq_len=config.max_positions,
                                      cap_scale=config.runaway_scale)
         self._dumper = CodeDumper(config.code_dump_dir) if config.code_dump_enable else None
         self._open: set[int] = set()  # id() of channels holding a reservation
@@ -349,6 +348,10 @@ class Engine:
         )
         return StreamChannel(request, asyncio.get_running_loop(), self.max_buffered_frames)
 
+    def segments(self, text: str, instruct: str | None = None) -> list[str]:
+        """The pieces `stream(text)` speaks one after another (one piece when the text fits one stream)."""
+        return self._fitter.split(text, instruct)
+
     async def synthesize(self, text: str, speaker: str, language: str = "auto", **options: Any) -> np.ndarray:
         """Offline synthesis: the streaming path, concatenated. Returns int16 PCM at 24 kHz."""
         parts = [packet.pcm async for packet in self.stream(text, speaker, language, **options)]
@@ -440,7 +443,7 @@ class Engine:
             "step_budget_ms": self.config.step_budget_ms,
             "open_streams": self.active_streams(),
             "running_streams": self.scheduler.running_count,
-            "parked_streams": self.scheduler.parked_count,
+            "waiting_streams": self.scheduler.waiting_count,
             "pending_streams": self.scheduler.pending_count,
             "worker_alive": self.scheduler.alive,
             "warmup_s": self.warmup_s,

@@ -41,7 +41,7 @@ def memory_parts(engine: Any) -> dict[str, float]:
         "codec_weights_gib": round(_param_gib(engine.model.codec), 3),
         "talker_kv_gib": round(kv, 3),
         "talker_kv_positions_per_slot": int(gen.k_cache.shape[3]),
-        "slots": int(engine.slots),  # the code generator holds one row more (the slot table's scratch row)
+        "slots": int(gen.max_slots),
         "allocated_gib": round(torch.cuda.memory_allocated() / 2**30, 3),
         "max_allocated_gib": round(torch.cuda.max_memory_allocated() / 2**30, 3),
         "max_reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 3),

@@ -12,8 +12,8 @@ Contract (docs/codec.md):
   recent keys/values per transformer layer and a per-row position counter (device tensor). No host syncs and no
   data-dependent Python branches in `step`; shapes are fixed for a fixed n (CUDA-graph capturable).
   `step` does not check code ranges (that would sync); it clamps them into [0, codebook_size).
-- With `state.live_rows` set, a step advances rows [0, live_rows) only: the other rows' context and position stay as
-  they were (their output is garbage), so a batched step may run rows that belong to no running stream.
+- With `state.live` set, a step advances the live rows only: the others' context and position stay as they were
+  (their output is garbage), so a batched step may run rows that must not advance.
 """
 
 from __future__ import annotations
@@ -50,15 +50,9 @@ class CodecState:
     kv_k: torch.Tensor  # [layers, B, kv_heads, window-1, head_dim]
     kv_v: torch.Tensor
     positions: torch.Tensor  # [B] int64: frames decoded so far per row
-    # rows [0, live_rows) advance in a step, the others read their context and keep it (a [1] int64 device tensor
-    # the engine shares with its code generator; None: every row advances)
-    live_rows: torch.Tensor | None = None
-
-    def live(self) -> torch.Tensor | None:
-        """[B] bool: the rows a step may advance (None: all)."""
-        if self.live_rows is None:
-            return None
-        return torch.arange(self.positions.shape[0], device=self.positions.device) < self.live_rows
+    # [B] bool: the rows a step advances; the others read their context and keep it (the engine shares this tensor
+    # with its code generator). None: every row advances.
+    live: torch.Tensor | None = None
 
     def reset_(self, rows: torch.Tensor | slice | int) -> None:
         """Zero the selected batch rows so their next step starts a fresh stream (slot reuse)."""
@@ -184,7 +178,7 @@ class CodecDecoder(nn.Module):
     def step(self, codes: torch.Tensor, state: CodecState) -> torch.Tensor:
         self._check_codes(codes)
         n = codes.shape[2]
-        live = state.live()
+        live = state.live
         tails = StreamContext(state.tails, live)
         latent = self.pre_conv(self.dequantizer(codes.long().clamp(0, self.cfg.codebook_size - 1)), tails)
         hidden = self.pre_transformer(latent.transpose(1, 2), state.kv_k, state.kv_v, state.positions, live)

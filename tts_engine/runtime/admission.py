@@ -1,9 +1,5 @@
-"""Admission: how many streams may run at once, and how many waiting ones may start before the next step.
-
-Why (issue 15): a new stream's admission (tokenize, prompt embeddings, talker prefill) is GPU work on the same
-stream as the frame steps, so a burst of arrivals admitted all at once delays the next step of every running
-stream; and past a certain row count the step itself no longer keeps up with real time. Both are decided here,
-from measured costs, so that a burst delays only the new calls and running streams never become late.
+"""Admission: how many streams may run at once, and how many waiting ones may start before the next step, from
+measured costs, so that a burst of arrivals delays only the new streams (why: docs/engine.md, "Many streams").
 
 Contract:
 - `resolve_slots(config, model)`: the slot count (static cache rows): the configured one, 16 on a CPU, or on CUDA
@@ -23,10 +19,9 @@ Contract:
   `max_per_step` (the newcomers only wait on each other). Otherwise the least slack decides (deadline first): k
   is the largest number whose cost leaves `guard_ms` of the least slack, at most `max_per_step`. `step_ms` is the
   next step's expected ms, or a function of k giving it: k admitted streams make that step run k more rows, and
-  past a row-bucket boundary every running stream waits for the larger bucket's step (on the H100, 0.6B: 251 rows
-  run the 256 bucket, 44 ms, 251 + 16 rows the 320 bucket, 53 ms). A stream whose next packet is late whatever
-  happens (negative slack with one admission) does not hold newcomers back: waiting would not make it on time;
-  every stream still on time stays on time.
+  past a row-bucket boundary every running stream waits for the larger bucket's step. A stream whose next packet is
+  late whatever happens (negative slack with one admission) does not hold newcomers back: waiting would not make
+  it on time; every stream still on time stays on time.
 The policy is plain Python and deterministic for given inputs: the CPU tests drive it with made-up clocks.
 """
 
@@ -123,8 +118,7 @@ ROW_RESERVE_BYTES = 40 << 20
 
 def resolve_slots(config: Any, model: Any) -> int:
     """Slots: the configured number, 16 on a CPU, or on CUDA what fits `gpu_memory_fraction` of the memory free
-    now (weights loaded): talker KV rows + decoder context + ROW_RESERVE_BYTES per slot, one row of it kept for the
-    slot table's scratch row (runtime/slots.py), at most AUTO_MAX_SLOTS."""
+    now (weights loaded): talker KV rows + decoder context + ROW_RESERVE_BYTES per slot, at most AUTO_MAX_SLOTS."""
     if config.max_streams > 0:
         return config.max_streams
     if model.device.type != "cuda":
@@ -134,7 +128,7 @@ def resolve_slots(config: Any, model: Any) -> int:
     probe = model.codec.new_state(1)
     context = sum(x.numel() * x.element_size() for x in (*probe.tails, probe.kv_k, probe.kv_v))
     free, _ = torch.cuda.mem_get_info(model.device)
-    fit = int(free * config.gpu_memory_fraction) // (kv + context + ROW_RESERVE_BYTES) - 1  # the scratch row
+    fit = int(free * config.gpu_memory_fraction) // (kv + context + ROW_RESERVE_BYTES)
     if fit < 1:
         raise ConfigError(
             f"no room for one stream slot: {free / 2**30:.1f} GiB of GPU memory free, one slot needs "

@@ -14,9 +14,9 @@ Contract (docs/model.md, "The frame step"):
   run the code predictor (15 passes), feed the summed embedding back through the talker at each row's own
   position. No host syncs, no data-dependent Python control flow: the same function can be captured in a CUDA
   graph per n_rows. Returns (codes [n_rows, 16], done [n_rows]) on the device; done = EOS sampled (that frame's
-  codes are garbage) or the frame cap reached (that frame is valid). Only rows [0, `live_rows`) advance
-  (`set_live_rows`; all rows unless set): the others' state stays as it was and their output is garbage, so a step
-  run over a row bucket larger than the running rows leaves free and parked slots untouched.
+  codes are garbage) or the frame cap reached (that frame is valid). Only live rows advance (`set_live`; all rows
+  unless set): the others' state stays as it was and their output is garbage, so a step over a row bucket leaves
+  free slots and streams waiting for their text untouched.
 - Runaway cap: max_frames = min(HARD_CEILING_FRAMES, generation max_new_tokens - 1, max_seq_len - prompt_len,
   the text's frame budget (text/speech_length.py, times `cap_scale`)); an explicit `max_frames` in prepare()
   replaces the budget (still bounded by the ceiling and the cache room). A streaming-text slot's cap follows its
@@ -34,6 +34,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from tts_engine.errors import TTSInputError
@@ -161,9 +162,8 @@ class CodeGenerator:
         self.sub_top_p = torch.ones(s, device=dev)
         self.seed = zeros(s, dtype=torch.long)
         self.active = [False] * s  # host-side bookkeeping only
-        # rows [0, live_rows) advance in a step; the rest of a row bucket is computed and left unchanged
-        self.row_index = torch.arange(s, device=dev)
-        self.live_rows = torch.full((1,), s, dtype=torch.long, device=dev)
+        # the rows a step advances; the rest of a row bucket is computed and left unchanged
+        self.live = torch.ones(s, dtype=torch.bool, device=dev)
         # host-side: does any admitted slot sample? If none, step() takes plain argmax (identical result for greedy
         # rows, far fewer kernels). A CUDA-graph wrapper keys its graphs on (n_rows, self.sampling).
         self.sampling_slots: set[int] = set()
@@ -222,9 +222,12 @@ class CodeGenerator:
         self.text_feed.index_copy_(0, index, rows.to(self.text_feed.dtype))
         self.max_frames.index_copy_(0, index, torch.tensor(caps, dtype=torch.long).to(dev, non_blocking=True))
 
-    def set_live_rows(self, n_rows: int) -> None:
-        """The next steps advance rows [0, n_rows) only (a device write, no sync)."""
-        self.live_rows.fill_(n_rows)
+    def set_live(self, rows: np.ndarray) -> None:
+        """The next steps advance the rows where `rows` (bool, one per row from 0) is true, and no row past it (one
+        non-blocking copy)."""
+        mask = np.zeros(self.max_slots, dtype=np.bool_)
+        mask[: len(rows)] = rows
+        self.live.copy_(torch.from_numpy(mask), non_blocking=True)
 
     def _check_slot(self, slot: int) -> None:
         if not 0 <= slot < self.max_slots:
@@ -353,7 +356,7 @@ class CodeGenerator:
                         0, self.hash_talker)
         else:
             c0 = logits.argmax(dim=-1)
-        live = self.row_index[:n] < self.live_rows
+        live = self.live[:n]
         self.seen[:n].scatter_(1, c0[:, None], live[:, None] | self.seen[:n].gather(1, c0[:, None]))
 
         sub = (self.sub_do_sample[:n], self.sub_temperature[:n], self.sub_top_k[:n], self.sub_top_p[:n])
@@ -388,7 +391,7 @@ class CodeGenerator:
         # a row that does not advance writes garbage keys/values at its next position, which its next real step
         # overwrites before any attention reads it; everything else of it is left as it was
         h = self.talker.model.step(x, cos, sin, self.k_cache[:, :n], self.v_cache[:, :n], pos, mask)[:, 0]
-        live = self.row_index[:n] < self.live_rows
+        live = self.live[:n]
         torch.where(live[:, None], self.talker.codec_head(h).float(), self.logits[:n], out=self.logits[:n])
         torch.where(live[:, None], h, self.past_hidden[:n], out=self.past_hidden[:n])
 

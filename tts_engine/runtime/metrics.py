@@ -8,8 +8,8 @@
 - `EngineCounters`: monotonically increasing totals, safe to read from any thread, plus TTFA / RTF
   percentiles (P50/P95) over the last 256 completed streams.
 - `WorkerPhases`: where the worker thread's time goes, summed per phase (`worker_<phase>_ms_total` in stats):
-  `text_rows` (streaming-text rows and parking), `admit` (prompts and prefills), `step` (the frame step, its host
-  copy and the hand-out of packets), `moves` (slot moves, inside the others).
+  `text_rows` (streaming-text rows: which rows step, their text rows and caps), `admit` (prompts and prefills),
+  `step` (the frame step, its host copy and the hand-out of packets), `moves` (slot moves, inside the others).
 - `StepTimer`: on CUDA it times with events (no extra host syncs: the worker syncs once per step
   anyway to hand PCM out); on CPU with perf_counter.
 """
@@ -120,8 +120,8 @@ class EngineCounters:
         "step_rows",
         "worker_errors",
         "admissions_deferred",  # steps before which waiting streams stayed waiting (running streams had no slack)
-        "slot_moves",  # row moves: compaction after a stream ended, parking and unparking streaming text
-        "text_waits",  # streaming-text streams parked because their next text token had not arrived
+        "slot_moves",  # compaction moves (a finished stream's row taken by the highest running one)
+        "text_waits",  # a streaming-text stream had to wait (its row held) because its next token had not arrived
     )
 
     def __init__(self) -> None:

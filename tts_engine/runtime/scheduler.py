@@ -6,15 +6,15 @@ Contract:
   calls `CodeGenerator.step(n)` once (the one call site of the talker/predictor step) and decodes the new frame of
   every row with `CodecDecoder.step` at a fixed one-frame granularity (the one call site of the decoder step),
   both through runtime/frame_step.FrameStepper. A step for n rows runs the smallest row bucket >= n
-  (runtime/step_graphs.StepGraphs, graphed per bucket); rows past n (free, or parked streams) are computed but
-  their state is left unchanged (`CodeGenerator.set_live_rows`, `CodecState.live_rows`).
-- Streaming-text streams get their text row before each step and are parked while their text runs dry
-  (runtime/text_rows.py); a parked stream takes no step and holds no row.
-- Between two steps the worker drops streams whose consumer cancelled (a flag set by the consumer, running or
-  parked), so a cancelled stream's GPU work stops within one frame step, and admits waiting streams: at most `capacity`
-  run at once (measured at load: `measure_costs`), and how many start before the next step is the
-  deadline-first decision of runtime/admission.AdmissionPolicy (least slack among running streams), so a burst
-  of arrivals delays only the new streams. Waiting streams start in arrival order.
+  (runtime/step_graphs.StepGraphs, graphed per bucket).
+- Only live rows advance in a step (`FrameStepper.run(n, live)`): a streaming-text stream whose next text token has
+  not arrived keeps its row, and the step leaves that row unchanged, as it leaves the bucket's free rows
+  (runtime/text_rows.py gives the others their text rows). With no live row there is no step.
+- Between two steps the worker drops streams whose consumer cancelled (a flag set by the consumer), so a cancelled
+  stream's GPU work stops within one frame step, and admits waiting streams: at most `capacity` run at once
+  (measured at load: `measure_costs`), and how many start before the next step is the deadline-first decision of
+  runtime/admission.AdmissionPolicy (least slack among running streams), so a burst of arrivals delays only the
+  new streams. Waiting streams start in arrival order.
 - There is one host sync per step: codes, done flags and int16 PCM of all rows are copied out together.
   Packets go to each consumer's event loop without ever blocking (see runtime/stream.py).
 - An exception inside a step fails the streams that were in it with a clear error, resets the decoder
@@ -68,7 +68,7 @@ _WAKE = object()  # text arrived for a streaming-text stream (runtime/text_rows.
 
 
 class Scheduler:
-    """`max_slots` streams at once; `codegen` has one more row than that (the slot table's scratch row)."""
+    """The worker thread over `max_slots` static slots (the code generator's rows)."""
 
     def __init__(
         self,
@@ -97,7 +97,7 @@ class Scheduler:
         self.stepper = FrameStepper(codegen, decoder, graphs, max_slots=max_slots, device=device, timing=timing)
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._pending: deque[StreamChannel] = deque()
-        self.slots = SlotTable(max_slots, codegen.max_slots, self._move_rows)
+        self.slots = SlotTable(max_slots, self._move_rows)
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="tts-engine-worker", daemon=True)
         self.fatal_error: BaseException | None = None
@@ -106,8 +106,8 @@ class Scheduler:
         self.costs = StepCosts(self.stepper.graphs.rows_for)
         #: optional observer (benchmarks): called on the worker thread with (waiting, admitted) whenever streams wait
         self.on_admission: Callable[[int, int], None] | None = None
-        # streaming-text streams: their text row per step, parked while their text runs dry
-        self.text_rows = TextRows(self.slots, codegen, counters, self.costs.step_ms)
+        # streaming-text streams: their text row per step; a row whose text has not come does not advance
+        self.text_rows = TextRows(self.slots, codegen, counters)
 
     # ---- public, any thread -------------------------------------------------------------------
     def start(self) -> int | None:
@@ -124,7 +124,7 @@ class Scheduler:
         return item.future
 
     def wake(self) -> None:
-        """Text arrived for a streaming-text stream: let a sleeping worker look at its parked streams."""
+        """Text arrived for a streaming-text stream (or one was cancelled): wake a worker that sleeps."""
         self._inbox.put(_WAKE)
 
     def close(self, timeout: float = 10.0) -> None:
@@ -142,9 +142,9 @@ class Scheduler:
         return len(self.slots.running)
 
     @property
-    def parked_count(self) -> int:
-        """Streaming-text streams waiting for their text in a slot of their own."""
-        return len(self.slots.parked)
+    def waiting_count(self) -> int:
+        """Streaming-text streams that waited for their text at the last step."""
+        return self.text_rows.waiting
 
     @property
     def pending_count(self) -> int:
@@ -169,14 +169,12 @@ class Scheduler:
                         break
                     phases.start()
                     self._drop_cancelled()
-                    self.text_rows.unpark(time.perf_counter(), self._rows_free())
-                    phases.lap("text_rows")
                     self._admit_pending()
                     phases.lap("admit")
-                    self.text_rows.prepare_step()
+                    live = self.text_rows.prepare_step()  # the rows this step advances
                     phases.lap("text_rows")
-                    if self.slots.running:
-                        self._advance()
+                    if live is not None:
+                        self._advance(live)
                         phases.lap("step")
         except BaseException as exc:  # noqa: BLE001 - a dead worker must never leave consumers hanging
             self.fatal_error = exc
@@ -185,11 +183,9 @@ class Scheduler:
             self._shutdown()
 
     def _idle_wait(self) -> float | None:
-        """How long the worker may wait for its inbox: 0 with work to do, None (until something arrives) when idle,
-        or until a parked stream is due."""
-        if self.slots.running or self._pending:
-            return 0.0
-        return self.text_rows.next_wake(time.perf_counter())
+        """How long the worker may wait for its inbox: 0 with work to do, None (until something arrives) when no row
+        can step (every running stream waits for its text) and nothing waits for admission."""
+        return 0.0 if self.text_rows.poll() or self._pending else None
 
     def _rows_free(self) -> int:
         return min(self.capacity, self.max_slots) - len(self.slots.running)
@@ -216,7 +212,7 @@ class Scheduler:
                 self._pending.append(item)
 
     def _drop_cancelled(self) -> None:
-        for slot, state in self.slots.all_states():
+        for slot, state in list(self.slots.running.items()):
             if state.channel.cancel_requested:
                 self._end(slot, "cancelled", None)
 
@@ -282,7 +278,7 @@ class Scheduler:
             prepared.append((channel, prompt))
         if not prepared:
             return 0
-        free = self.slots.claim(len(prepared))  # n..n+k-1 (parked streams moved out of the way)
+        free = self.slots.claim(len(prepared))  # n..n+k-1
         try:
             self.codegen.admit_many(free, [p for _, p in prepared], [c.request.params for c, _ in prepared])
             for slot in free:
@@ -312,13 +308,14 @@ class Scheduler:
         self.counters.add("slot_moves")
         self.counters.phases.add("moves", (time.perf_counter() - t0) * 1000.0)
 
-    def _advance(self) -> None:
-        self.slots.compact()
+    def _advance(self, live: np.ndarray) -> None:
+        """One step over rows 0..n-1 (compact: `prepare_step` compacted them); the rows where `live` is false (a
+        streaming-text stream waiting for its text) are left as they were and produce nothing."""
         running = self.slots.running
         n_rows = len(running)
         t0 = time.perf_counter()
         try:
-            out = self.stepper.run(n_rows)
+            out = self.stepper.run(n_rows, live)
         except Exception as exc:  # noqa: BLE001 - fail these streams, keep the engine serving
             log.exception("frame step failed (rows=%d)", n_rows)
             self.counters.add("worker_errors")
@@ -328,7 +325,8 @@ class Scheduler:
             return
         self.counters.add_step(n_rows, out.codegen_ms, out.decode_ms)
         for slot, state in list(running.items()):
-            self._consume_row(slot, state, out)
+            if live[slot]:
+                self._consume_row(slot, state, out)
         self.costs.observe_iteration(n_rows, (time.perf_counter() - t0) * 1000.0)
 
     def _consume_row(self, slot: int, state: SlotState, out: StepOutput) -> None:
@@ -386,7 +384,7 @@ class Scheduler:
         return False
 
     def _end(self, slot: int, reason: str, error: BaseException | None) -> None:
-        """End the stream in `slot` (running or parked)."""
+        """End the stream in `slot`."""
         state = self.slots.vacate(slot)
         self._safe_release(slot)
         self._complete(state.channel, reason, error)
@@ -424,7 +422,7 @@ class Scheduler:
         error = EngineClosedError("the TTS engine was closed")
         if self.fatal_error is not None:
             error = EngineClosedError(f"the TTS engine worker failed: {self.fatal_error}")
-        for slot, _ in self.slots.all_states():
+        for slot in list(self.slots.running):
             self._end(slot, "error", error)
         while self._pending:
             self._finish_unadmitted(self._pending.popleft(), "error", error)

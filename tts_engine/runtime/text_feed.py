@@ -205,7 +205,7 @@ class TokenTextStream:
 
     `push(text)` / `close()` feed the text track; iterate for `Packet`s. The engine stream is submitted once the
     first token is final (or at close), so the prefill already holds t_0. `cancel()` / `aclose()` / `async with`
-    stop it (the worker is woken, so a parked stream frees its slot at once). A piece past the per-request
+    stop it (the worker is woken, so a stream waiting for its text frees its slot at once). A piece past the per-request
     character cap raises TextTooLongError, one past what the stream's KV positions can speak raises TextFeedFull
     (field "text", naming TTS_DEEP_STREAM_MAX_POSITIONS); either way the piece is not taken and the stream goes on
     (close it to have the text so far spoken).
@@ -284,7 +284,7 @@ class TokenTextStream:
         return self._handle.codes()
 
     def __del__(self) -> None:
-        # dropped without cancel(): the handle's own __del__ flags the stream; wake the worker so that a parked
+        # dropped without cancel(): the handle's own __del__ flags the stream; wake the worker so that a waiting
         # stream frees its slot now rather than at the next request (a queue put: safe from any thread)
         handle = getattr(self, "_handle", None)
         if handle is not None and not handle.finished:
