@@ -39,7 +39,14 @@ from typing import Any
 import numpy as np
 
 from tts_engine.audio_format import SAMPLE_RATE
+from tts_engine.config import EngineConfig
+from tts_engine.engine import Engine
+from tts_engine.env import load_dotenv
+from tts_engine.errors import CheckpointError, ConfigError
 from tts_engine.percentiles import percentiles
+from tts_engine.replay import decode_codes
+from tts_engine.runtime.codedump import write_code_dump
+from tts_engine.runtime.wav import read_wav, wav_bytes
 
 log = logging.getLogger("tts_engine.regression")
 
@@ -192,7 +199,6 @@ def evaluate(
     snr_threshold: float,
     ttfa_target: float | None,
 ) -> dict[str, dict[str, Any]]:
-    from tts_engine.replay import decode_codes
 
     gates: dict[str, dict[str, Any]] = {}
     unique = {name: len({sha256(r.pcm) for r in res["runs"]}) for name, res in results.items()}
@@ -284,7 +290,6 @@ def evaluate(
 
 def load_baseline(path: str) -> tuple[dict[str, np.ndarray] | None, str]:
     """Case name -> PCM of a previous run (its summary.json and the WAVs beside it)."""
-    from tts_engine.runtime.wav import read_wav
 
     if not path:
         return None, "no baseline configured (set TTS_REGRESSION_BASELINE or --baseline to a golden summary.json)"
@@ -316,12 +321,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tts_engine.config import EngineConfig
-    from tts_engine.engine import Engine
-    from tts_engine.env import load_dotenv
-    from tts_engine.errors import CheckpointError, ConfigError
-    from tts_engine.runtime.codedump import write_code_dump
-    from tts_engine.runtime.wav import wav_bytes
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     mode = MODES[args.mode]

@@ -25,8 +25,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import save_file
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from tts_engine.audio_format import SAMPLE_RATE
+from tts_engine.model.codec_factory import write_codec_checkpoint
+from tts_engine.model.config import ModelConfig
+from tts_engine.model.talker import TTSWeights
 
 PRESETS = ("tiny", "0.6b", "1.7b")
 
@@ -125,11 +130,6 @@ def _random_tensor(name: str, shape: tuple[int, ...], gen: torch.Generator) -> t
 def write_talker_weights(cfg_dict: dict[str, Any], path: Path, dtype: torch.dtype, seed: int,
                          progress: bool = False) -> int:
     """Random talker weights for a root config dict (shapes from our module tree) into `path`."""
-    from safetensors.torch import save_file
-
-    from tts_engine.model.config import ModelConfig
-    from tts_engine.model.talker import TTSWeights
-
     cfg = ModelConfig.from_dicts(cfg_dict, GENERATION_CONFIG)
     with torch.device("meta"):
         shapes = {name: tuple(t.shape) for name, t in TTSWeights(cfg).state_dict().items()}
@@ -176,8 +176,6 @@ _CORPUS = [
 
 def write_tokenizer(out_dir: Path) -> None:
     """Train a small byte-level BPE and write vocab.json / merges.txt / tokenizer_config.json with the real ids."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     trainer = trainers.BpeTrainer(
@@ -220,8 +218,6 @@ def make_checkpoint(preset: str, out_dir: str | Path, seed: int = 0, progress: b
     """Write a complete random-weight checkpoint for `preset` into `out_dir` and return the directory."""
     if preset not in PRESETS:
         raise ValueError(f"preset={preset!r} is not allowed; allowed presets: {', '.join(PRESETS)}")
-    from tts_engine.model.codec_factory import write_codec_checkpoint
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     config = root_config(preset)

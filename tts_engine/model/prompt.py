@@ -67,9 +67,8 @@ class PromptEmbedder:
     the embedding table on the host (single-threaded, into a pinned staging buffer when the table is in CPU
     memory on a CUDA model) and sent with one non-blocking copy, so once a speaker/language pair has been seen,
     building a prompt makes no blocking copy and starts no CPU thread pool (the only wait is on the previous
-    request's copy out of the staging buffer, long finished). On an H100 the old per-request path (five blocking
-    copies and CPU `F.embedding`) finished 3-12 ms after a request right after a stream, against 0.8 ms in a
-    tight loop (tts_engine/bench/results/profiles/h100_admission_trace.txt).
+    request's copy out of the staging buffer, long finished; docs/benchmarks.md, `bench.admission_trace`, has what
+    the blocking path cost).
     Each piece is projected in the same batch as the official layout implies (bos/eos/pad together, role, text,
     instruct), so the embeddings are bit-identical to computing them per request. `tts_pad` is also the text-side
     embedding the code generator adds to every generated frame's feedback (non-streaming mode).
