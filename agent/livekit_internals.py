@@ -30,7 +30,7 @@ One read for agent/callers.py, `session_room_io(session)`: the session's `RoomIO
 public `set_participant` switches the caller the session listens to; the session exposes no public handle to
 it. Where it is gone, None with a warning, and the session keeps LiveKit's first-caller link.
 
-One fix, `close_runners_cancelled_in_prewarm()` (`agent.worker.build_options` applies it): with the THREAD executor,
+One fix, `close_runners_cancelled_in_prewarm()` (`agent.worker.build_server` applies it): with the THREAD executor,
 closing the worker while a runner is still in prewarm (the pool starts a replacement each time a call takes
 the idle one, and prewarm loads Silero and Whisper, seconds on a busy CPU) hangs forever. The pool cancels
 `ThreadJobExecutor.initialize()`, which leaves the executor's private `_initialize_fut` unresolved; the

@@ -1,4 +1,6 @@
-"""The LiveKit worker: `python -m agent dev|start` (LiveKit's CLI conventions through `livekit.agents.cli`).
+"""The LiveKit worker: an `AgentServer` with one `rtc_session` (LiveKit 1.8.9's current entry point), run by
+`python -m agent dev|start` through LiveKit's own `python -m livekit.agents start` (agent/app.py is the file it loads;
+the LiveKit CLI's `lk agent dev|start agent/app.py` runs the same). No deprecated `WorkerOptions` + `cli.run_app`.
 
 - Executor: THREAD by default (`AGENT_JOB_EXECUTOR`), so every call in this process shares the one engine
   (one model copy per GPU, batching across calls). Under THREAD each job thread runs `prewarm` on its own
@@ -20,11 +22,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
-from livekit.agents import AutoSubscribe, JobContext, JobExecutorType, JobProcess, WorkerOptions, cli
+from livekit.agents import AgentServer, AutoSubscribe, JobContext, JobExecutorType, JobProcess
 
 # LiveKit plugins must be registered on the main thread: the modules that import them (agent.vad: Silero;
 # agent.voice: the rest) are imported here, at module import, never first inside prewarm/entrypoint (job threads).
@@ -37,6 +41,9 @@ from agent.vad import load_vad
 from agent.voice import Call, tune_runtime
 
 logger = logging.getLogger("agent.worker")
+
+APP_FILE = Path(__file__).with_name("app.py")  # the module LiveKit's CLI discovers `server` in
+LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARN", "ERROR", "CRITICAL")
 
 _lock = threading.Lock()
 _backend: TTSBackend | None = None
@@ -136,23 +143,29 @@ def voice_attributes(cfg: AgentConfig) -> dict[str, str]:
     }
 
 
-def build_options(cfg: AgentConfig) -> WorkerOptions:
-    livekit_internals.close_runners_cancelled_in_prewarm()  # else stopping during a runner's prewarm hangs
-    return WorkerOptions(
-        entrypoint_fnc=entrypoint,
-        prewarm_fnc=prewarm,
+def server_options(cfg: AgentConfig) -> dict[str, Any]:
+    """The `AgentServer` settings this configuration asks for (its keyword arguments)."""
+    return dict(
+        setup_fnc=prewarm,
         load_fnc=current_load,
         load_threshold=cfg.load_threshold,
         job_executor_type=JobExecutorType.THREAD if cfg.job_executor == "thread" else JobExecutorType.PROCESS,
         num_idle_processes=cfg.num_idle_processes,
         initialize_process_timeout=cfg.init_timeout_s,
         drain_timeout=cfg.drain_timeout_s,
-        agent_name=cfg.agent_name,
         port=cfg.http_port,
         ws_url=cfg.livekit_url or None,
         api_key=cfg.livekit_api_key or None,
         api_secret=cfg.livekit_api_secret or None,
     )
+
+
+def build_server(cfg: AgentConfig) -> AgentServer:
+    """The worker: an AgentServer whose one rtc_session is `entrypoint`, dispatched by name (AGENT_NAME)."""
+    livekit_internals.close_runners_cancelled_in_prewarm()  # else stopping during a runner's prewarm hangs
+    server = AgentServer(**server_options(cfg))
+    server.rtc_session(entrypoint, agent_name=cfg.agent_name)
+    return server
 
 
 def worker_config() -> AgentConfig:
@@ -168,11 +181,10 @@ def worker_config() -> AgentConfig:
         return _config
 
 
-def run_cli(argv: list[str]) -> int:
-    """Hand `argv` (e.g. ["dev"] or ["start", "--log-level", "info"]) to LiveKit's CLI.
-
-    A configured checkpoint is checked first (the doctor reads headers only), so a broken one stops the
-    worker with one line per problem and exit 2, instead of a traceback inside LiveKit's prewarm."""
+def check_startup() -> AgentConfig:
+    """The configuration (ConfigError naming the variable) and, for a configured checkpoint, the doctor: it reads
+    headers only, so a broken checkpoint stops the worker with one line per problem and exit 2, instead of a
+    traceback inside LiveKit's prewarm."""
     cfg = worker_config()
     if not cfg.tts_engine_url:
         from tts_engine import EngineConfig
@@ -183,7 +195,29 @@ def run_cli(argv: list[str]) -> int:
         if diagnosis is not None and not diagnosis.ok:
             for line in diagnosis.problems:
                 print(f"TTS_DEEP_STREAM_MODEL_DIR: {line}", file=sys.stderr)
-            return 2
-    sys.argv = ["agent", *argv]
-    cli.run_app(build_options(cfg))
-    return 0
+            raise SystemExit(2)
+    return cfg
+
+
+def serve() -> AgentServer:
+    """The configured server, after `check_startup` (what agent/app.py exports to LiveKit's CLI)."""
+    return build_server(check_startup())
+
+
+def run_cli(*, dev: bool, log_level: str | None = None, url: str | None = None, api_key: str | None = None,
+            api_secret: str | None = None) -> int:
+    """Run the worker through LiveKit's current entry point, `python -m livekit.agents start agent/app.py`
+    (`--dev`: development mode, colored logs, no drain on exit; else production: JSON logs, drains on SIGTERM).
+
+    `log_level` defaults to LIVEKIT_LOG_LEVEL, else DEBUG in dev and INFO in production (as LiveKit's own CLI)."""
+    from livekit.agents.__main__ import main as livekit_main
+
+    check_startup()  # with our messages, before LiveKit's discovery imports agent/app.py (which checks again)
+    level = (log_level or os.environ.get("LIVEKIT_LOG_LEVEL") or ("DEBUG" if dev else "INFO")).upper()
+    argv = ["start", str(APP_FILE), "--log-level", level, "--log-format", "colored" if dev else "json"]
+    if dev:
+        argv.append("--dev")
+    for flag, value in (("--url", url), ("--api-key", api_key), ("--api-secret", api_secret)):
+        if value:
+            argv += [flag, value]
+    return livekit_main(argv)
