@@ -114,6 +114,9 @@ def _simulate(argv: list[str]) -> int:
     simulate.add_arguments(parser)
     args = parser.parse_args(argv)
     try:
+        from agent.trace_otel import install_from_env
+
+        install_from_env()  # the simulated call's spans too, when OTEL_EXPORTER_OTLP_ENDPOINT is set
         return simulate.run(args)
     except ConfigError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)

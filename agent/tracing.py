@@ -56,6 +56,9 @@ SEGMENTS: tuple[tuple[str, str, str], ...] = (
 
 _file_lock = threading.Lock()
 
+#: called with every finished record, after it is written (agent/trace_otel.py adds one: the record as spans)
+SINKS: list[Callable[[dict[str, Any]], None]] = []
+
 
 @dataclass
 class Interruption:
@@ -233,6 +236,11 @@ class TraceCollector:
             self._append(record)
         if self.on_record is not None:
             self.on_record(record)
+        for sink in SINKS:
+            try:
+                sink(record)
+            except Exception:  # an exporter's failure must not end a call
+                logger.exception("trace sink %r failed on %s", sink, record["turn_id"])
         return record
 
     def close(self) -> None:

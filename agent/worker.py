@@ -37,6 +37,8 @@ from agent.callers import follow_callers
 from agent.config import AgentConfig
 from agent.engine_client import LocalBackend, RemoteBackend, TTSBackend
 from agent.local.defaults import RANDOM_WEIGHTS_WARNING, ensure_random_checkpoint
+from agent.trace_otel import flush as flush_spans
+from agent.trace_otel import install_from_env as install_otel
 from agent.vad import load_vad
 from agent.voice import Call, tune_runtime
 
@@ -80,6 +82,7 @@ def get_backend(cfg: AgentConfig) -> TTSBackend:
 def prewarm(proc: JobProcess) -> None:
     global _tuned
     cfg = worker_config()
+    install_otel()  # OTEL_EXPORTER_OTLP_ENDPOINT set: turn traces and LiveKit's spans over OTLP (once per process)
     proc.userdata["vad"] = load_vad(cfg.vad_silence_ms, cfg.vad_quiet_db)
     proc.userdata["backend"] = get_backend(cfg)
     if not cfg.stt_base_url:  # embedded STT: load whisper here, not on a call's event loop (~0.5 s)
@@ -117,6 +120,7 @@ async def entrypoint(ctx: JobContext) -> None:
         with _lock:
             _active_calls -= 1
         await call.aclose()  # controller, session (idempotent), audio output, STT client; then trims the C heap
+        flush_spans()  # the call's last turn, before a job process may exit
 
     ctx.add_shutdown_callback(on_shutdown)
     await call.start(room=ctx.room)

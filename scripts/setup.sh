@@ -3,7 +3,7 @@
 # the test-time reference, the SmolLM2 GGUF, LiveKit's own server built from its Go module, the Debian
 # packages the tests need and the web page's npm assets.
 # Each step runs only when its result is missing. Any failure stops with a message and exit 1.
-# TOOLS_DIR (default .tools, ignored by git) holds the LiveKit server binary.
+# TOOLS_DIR (default .tools, ignored by git) holds the LiveKit server and Jaeger binaries.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -90,6 +90,29 @@ if [ ! -x "$LIVEKIT_BIN" ]; then
   mkdir -p "$(dirname "$LIVEKIT_BIN")"
   cp "$LIVEKIT_CACHE" "$LIVEKIT_BIN"
   "$LIVEKIT_BIN" --version | grep -q "$LIVEKIT_VERSION" || die "$LIVEKIT_BIN is not livekit-server $LIVEKIT_VERSION"
+fi
+
+# --- Jaeger v2 (an OTLP receiver with a query API), built from its Go module (pinned) once per machine, like the
+# LiveKit server: the OpenTelemetry test sends the agent's spans to it (tests/agent/test_trace_otel.py). Its module
+# has replace directives, so `go install pkg@version` refuses it: it is built inside a throwaway module instead.
+JAEGER_VERSION=1.76.0
+JAEGER_BIN="$TOOLS_DIR/jaeger-$JAEGER_VERSION/jaeger"
+JAEGER_CACHE=${JAEGER_CACHE:-$HOME/.cache/voice-agent/jaeger-$JAEGER_VERSION}
+if [ ! -x "$JAEGER_BIN" ]; then
+  if [ ! -x "$JAEGER_CACHE" ]; then
+    command -v go >/dev/null || die "go not found: Jaeger (the test OTLP receiver) is built from its Go module"
+    say "building jaeger v$JAEGER_VERSION from its Go module (about 8 min on 2 cores, once per machine)"
+    gomod=$(mktemp -d)
+    (cd "$gomod" && go mod init voice-agent/tools >/dev/null 2>&1 \
+      && GOFLAGS=-mod=mod go get -tool "github.com/jaegertracing/jaeger/cmd/jaeger@v$JAEGER_VERSION" \
+      && go build -o jaeger github.com/jaegertracing/jaeger/cmd/jaeger) \
+      || die "building github.com/jaegertracing/jaeger/cmd/jaeger@v$JAEGER_VERSION failed (see above)"
+    mkdir -p "$(dirname "$JAEGER_CACHE")"
+    mv "$gomod/jaeger" "$JAEGER_CACHE"
+    rm -rf "$gomod"
+  fi
+  mkdir -p "$(dirname "$JAEGER_BIN")"
+  cp "$JAEGER_CACHE" "$JAEGER_BIN"
 fi
 
 # --- web assets (livekit-client from npm, pinned by web/package-lock.json)
