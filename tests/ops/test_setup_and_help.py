@@ -21,8 +21,8 @@ SCRIPTS = sorted(p.relative_to(ROOT) for p in [*ROOT.glob("scripts/*.sh"), *ROOT
 @pytest.mark.parametrize("script", SCRIPTS, ids=str)
 def test_every_script_answers_help_and_starts_nothing(script: Path, tmp_path: Path) -> None:
     venv = tmp_path / "venv-that-must-not-appear"
-    result = subprocess.run(["bash", str(ROOT / script), "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=30,
-                            env={"PATH": "/usr/bin:/bin", "VENV": str(venv), "HOME": str(tmp_path)})
+    result = subprocess.run(["bash", str(ROOT / script), "--help"], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=30, env={"PATH": "/usr/bin:/bin", "VENV": str(venv), "HOME": str(tmp_path)})
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) >= 2 and not lines[0].startswith("#"), result.stdout  # the header, without its '#'
