@@ -82,9 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args = build_parser().parse_args(argv)
     if args.command == "download-files":
-        from livekit.agents.__main__ import main as livekit_main
-
-        from agent import worker  # noqa: F401 - registers the plugins this worker uses (their files are fetched)
+        from livekit.agents.__main__ import main as livekit_main  # it imports every installed livekit.plugins.*
 
         return livekit_main(["download-files"])
     load_dotenv(os.environ.get("ENV_FILE") or ".env")  # the same file scripts/start_all.sh reads
