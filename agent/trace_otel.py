@@ -147,6 +147,13 @@ def otlp_exporter(protocol: str) -> SpanExporter:
     raise ValueError(f"protocol {protocol!r} is not one of {', '.join(PROTOCOLS)}")
 
 
+def check_env(environ: Mapping[str, str] | None = None) -> None:
+    """ConfigError naming the variable when an OTLP endpoint is set with a protocol this agent cannot export."""
+    env = os.environ if environ is None else environ
+    if any(env.get(name) for name in ENDPOINT_VARS):
+        otlp_protocol(env)
+
+
 def install_from_env(environ: Mapping[str, str] | None = None) -> TracerProvider | None:
     """With an OTLP endpoint configured: LiveKit's tracer provider exporting over OTLP, and the trace sink
     (see the module docstring). Returns the provider (the same one on every later call), or None."""

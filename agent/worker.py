@@ -37,6 +37,7 @@ from agent.callers import follow_callers
 from agent.config import AgentConfig
 from agent.engine_client import LocalBackend, RemoteBackend, TTSBackend
 from agent.local.defaults import RANDOM_WEIGHTS_WARNING, ensure_random_checkpoint
+from agent.trace_otel import check_env as check_otel
 from agent.trace_otel import flush as flush_spans
 from agent.trace_otel import install_from_env as install_otel
 from agent.vad import load_vad
@@ -190,6 +191,7 @@ def check_startup() -> AgentConfig:
     headers only, so a broken checkpoint stops the worker with one line per problem and exit 2, instead of a
     traceback inside LiveKit's prewarm."""
     cfg = worker_config()
+    check_otel()  # a bad OTEL_EXPORTER_OTLP_PROTOCOL stops here, not in each job's prewarm
     if not cfg.tts_engine_url:
         from tts_engine import EngineConfig
         from tts_engine.doctor import diagnose

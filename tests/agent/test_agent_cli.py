@@ -89,3 +89,13 @@ def test_the_worker_starts_without_a_deprecation_warning(command: str) -> None:
     log = "".join(lines)
     assert "starting worker" in log and "failed to connect to livekit" in log, log[-3000:]
     assert "deprecat" not in log.lower(), log[-3000:]
+
+
+def test_a_bad_otlp_protocol_stops_the_worker_before_it_starts() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TTS_", "LIVEKIT_", "AGENT_", "OTEL_"))}
+    env.update(ENV_FILE=os.devnull, OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9",
+               OTEL_EXPORTER_OTLP_PROTOCOL="http/json")
+    result = run_agent("start", env=env)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "configuration error: OTEL_EXPORTER_OTLP_PROTOCOL='http/json' is not supported" in result.stderr
+    assert "Traceback" not in result.stderr
