@@ -36,7 +36,7 @@ caller goes on after a pause; the activity's `_cancel_preemptive_generation()` (
 the moment they go on, so no LLM and TTS work is spent on half a sentence and the turn, once committed, is answered
 afresh. Where the names are gone, a warning once and nothing: the framework drops it at the next transcript.
 
-One fix, `close_runners_cancelled_in_prewarm()` (`agent.worker.build_options` applies it): with the THREAD executor,
+One fix, `close_runners_cancelled_in_prewarm()` (`agent.worker.build_server` applies it): with the THREAD executor,
 closing the worker while a runner is still in prewarm (the pool starts a replacement each time a call takes
 the idle one, and prewarm loads Silero and Whisper, seconds on a busy CPU) hangs forever. The pool cancels
 `ThreadJobExecutor.initialize()`, which leaves the executor's private `_initialize_fut` unresolved; the

@@ -79,6 +79,9 @@ class Outcome(enum.Enum):
 
 _file_lock = threading.Lock()
 
+#: called with every finished record, after it is written (agent/trace_otel.py adds one: the record as spans)
+SINKS: list[Callable[[dict[str, Any]], None]] = []
+
 
 @dataclass
 class Interruption:
@@ -337,11 +340,11 @@ class TraceCollector:
         self.records.append(record)
         if self.traces_dir is not None:
             self._append(record)
-        for sink in self.sinks:
+        for sink in (*self.sinks, *SINKS):  # this collector's, then the process's (agent/trace_otel.py)
             try:
                 sink(record)
             except Exception:  # a sink (an exporter) must never end a call
-                logger.exception("trace sink failed for %s", record["turn_id"])
+                logger.exception("trace sink %r failed on %s", sink, record["turn_id"])
         return record
 
     def close(self) -> None:

@@ -299,7 +299,8 @@ class Call:
         self.errors: list[str] = []
         controller = self.controller
         stt_observer = STTObserver(
-            on_request=controller.on_stt_request, on_failure=self._stt_failed, on_result=controller.on_stt_result
+            on_request=controller.on_stt_request, on_failure=self._stt_failed, on_result=controller.on_stt_result,
+            on_language=lambda code: self.tts.follow_caller(code),  # the caller's language -> the replies' TTS
         )
         self.stt: OmniSTT | ObservedSTT
         if cfg.stt_base_url:

@@ -1,4 +1,6 @@
-"""The LiveKit worker: `python -m agent dev|start` (LiveKit's CLI conventions through `livekit.agents.cli`).
+"""The LiveKit worker: an `AgentServer` with one `rtc_session` (LiveKit 1.8.9's current entry point), run by
+`python -m agent dev|start` through LiveKit's own `python -m livekit.agents start` (agent/app.py is the file it loads;
+the LiveKit CLI's `lk agent dev|start agent/app.py` runs the same). No deprecated `WorkerOptions` + `cli.run_app`.
 
 - Executor: THREAD by default (`AGENT_JOB_EXECUTOR`), so every call in this process shares the one engine
   (one model copy per GPU, batching across calls). Under THREAD each job thread runs `prewarm` on its own
@@ -24,11 +26,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
-from livekit.agents import AutoSubscribe, JobContext, JobExecutorType, JobProcess, WorkerOptions, cli
+from livekit.agents import AgentServer, AutoSubscribe, JobContext, JobExecutorType, JobProcess
 
 # LiveKit plugins must be registered on the main thread: the modules that import them (agent.vad: Silero;
 # agent.voice: the rest) are imported here, at module import, never first inside prewarm/entrypoint (job threads).
@@ -38,10 +42,16 @@ from agent.config import AgentConfig
 from agent.engine_client import LocalBackend, RemoteBackend, TTSBackend
 from agent.local.defaults import RANDOM_WEIGHTS_WARNING, ensure_random_checkpoint
 from agent.process_tuning import tune_runtime
+from agent.trace_otel import check_env as check_otel
+from agent.trace_otel import flush as flush_spans
+from agent.trace_otel import install_from_env as install_otel
 from agent.vad import load_vad
 from agent.voice import Call
 
 logger = logging.getLogger("agent.worker")
+
+APP_FILE = Path(__file__).with_name("app.py")  # the module LiveKit's CLI discovers `server` in
+LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARN", "ERROR", "CRITICAL")
 
 _lock = threading.Lock()
 _backend: TTSBackend | None = None
@@ -79,6 +89,7 @@ def get_backend(cfg: AgentConfig) -> TTSBackend:
 def prewarm(proc: JobProcess) -> None:
     global _tuned
     cfg = worker_config()
+    install_otel()  # OTEL_EXPORTER_OTLP_ENDPOINT set: turn traces and LiveKit's spans over OTLP (once per process)
     proc.userdata["vad"] = load_vad(cfg.vad_silence_ms, cfg.vad_quiet_db)
     proc.userdata["backend"] = get_backend(cfg)
     if not cfg.stt_base_url:  # embedded STT: load whisper here, not on a call's event loop (~0.5 s)
@@ -146,6 +157,7 @@ async def entrypoint(ctx: JobContext) -> None:
         if probe is not None:
             probe.stop()
         await call.aclose()  # controller, session (idempotent), audio output, STT client; then trims the C heap
+        flush_spans()  # the call's last turn, before a job process may exit
 
     ctx.add_shutdown_callback(on_shutdown)
     await call.start(room=ctx.room)
@@ -172,23 +184,29 @@ def voice_attributes(cfg: AgentConfig) -> dict[str, str]:
     }
 
 
-def build_options(cfg: AgentConfig) -> WorkerOptions:
-    livekit_internals.close_runners_cancelled_in_prewarm()  # else stopping during a runner's prewarm hangs
-    return WorkerOptions(
-        entrypoint_fnc=entrypoint,
-        prewarm_fnc=prewarm,
+def server_options(cfg: AgentConfig) -> dict[str, Any]:
+    """The `AgentServer` settings this configuration asks for (its keyword arguments)."""
+    return dict(
+        setup_fnc=prewarm,
         load_fnc=current_load,
         load_threshold=cfg.load_threshold,
         job_executor_type=JobExecutorType.THREAD if cfg.job_executor == "thread" else JobExecutorType.PROCESS,
         num_idle_processes=cfg.num_idle_processes,
         initialize_process_timeout=cfg.init_timeout_s,
         drain_timeout=cfg.drain_timeout_s,
-        agent_name=cfg.agent_name,
         port=cfg.http_port,
         ws_url=cfg.livekit_url or None,
         api_key=cfg.livekit_api_key or None,
         api_secret=cfg.livekit_api_secret or None,
     )
+
+
+def build_server(cfg: AgentConfig) -> AgentServer:
+    """The worker: an AgentServer whose one rtc_session is `entrypoint`, dispatched by name (AGENT_NAME)."""
+    livekit_internals.close_runners_cancelled_in_prewarm()  # else stopping during a runner's prewarm hangs
+    server = AgentServer(**server_options(cfg))
+    server.rtc_session(entrypoint, agent_name=cfg.agent_name)
+    return server
 
 
 def worker_config() -> AgentConfig:
@@ -204,12 +222,12 @@ def worker_config() -> AgentConfig:
         return _config
 
 
-def run_cli(argv: list[str]) -> int:
-    """Hand `argv` (e.g. ["dev"] or ["start", "--log-level", "info"]) to LiveKit's CLI.
-
-    A configured checkpoint is checked first (the doctor reads headers only), so a broken one stops the
-    worker with one line per problem and exit 2, instead of a traceback inside LiveKit's prewarm."""
+def check_startup() -> AgentConfig:
+    """The configuration (ConfigError naming the variable) and, for a configured checkpoint, the doctor: it reads
+    headers only, so a broken checkpoint stops the worker with one line per problem and exit 2, instead of a
+    traceback inside LiveKit's prewarm."""
     cfg = worker_config()
+    check_otel()  # a bad OTEL_EXPORTER_OTLP_PROTOCOL stops here, not in each job's prewarm
     if not cfg.tts_engine_url:
         from tts_engine import EngineConfig
         from tts_engine.doctor import diagnose
@@ -219,7 +237,29 @@ def run_cli(argv: list[str]) -> int:
         if diagnosis is not None and not diagnosis.ok:
             for line in diagnosis.problems:
                 print(f"TTS_DEEP_STREAM_MODEL_DIR: {line}", file=sys.stderr)
-            return 2
-    sys.argv = ["agent", *argv]
-    cli.run_app(build_options(cfg))
-    return 0
+            raise SystemExit(2)
+    return cfg
+
+
+def serve() -> AgentServer:
+    """The configured server, after `check_startup` (what agent/app.py exports to LiveKit's CLI)."""
+    return build_server(check_startup())
+
+
+def run_cli(*, dev: bool, log_level: str | None = None, url: str | None = None, api_key: str | None = None,
+            api_secret: str | None = None) -> int:
+    """Run the worker through LiveKit's current entry point, `python -m livekit.agents start agent/app.py`
+    (`--dev`: development mode, colored logs, no drain on exit; else production: JSON logs, drains on SIGTERM).
+
+    `log_level` defaults to LIVEKIT_LOG_LEVEL, else DEBUG in dev and INFO in production (as LiveKit's own CLI)."""
+    from livekit.agents.__main__ import main as livekit_main
+
+    check_startup()  # with our messages, before LiveKit's discovery imports agent/app.py (which checks again)
+    level = (log_level or os.environ.get("LIVEKIT_LOG_LEVEL") or ("DEBUG" if dev else "INFO")).upper()
+    argv = ["start", str(APP_FILE), "--log-level", level, "--log-format", "colored" if dev else "json"]
+    if dev:
+        argv.append("--dev")
+    for flag, value in (("--url", url), ("--api-key", api_key), ("--api-secret", api_secret)):
+        if value:
+            argv += [flag, value]
+    return livekit_main(argv)

@@ -11,6 +11,7 @@
 # Results go under $OUT (default ./out/gpu). Wheels the GPU image lacks (pytest, pytest-asyncio, the peer and its
 # pure-Python dependencies; docs/benchmarks.md lists them) are installed from the ignored .whl/ folder, which the
 # device tool must carry. Random-weight checkpoints are built in place under /tmp, once per machine.
+. "$(dirname "$0")/lib/help.sh" && show_help_if_asked "$0" "${1:-}"  # --help: the header above, nothing started
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -81,7 +81,10 @@ class Script:
 
 
 def _tokens(text: str) -> list[str]:
-    return re.findall(r"\S+\s*", text)
+    """Stream deltas as a real tokenizer gives them: a word and its trailing space, and CJK one character at a
+    time (with a punctuation mark after it), since that text has no spaces to split at."""
+    return re.findall(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff][\u3000-\u303f\uff00-\uffef]?\s*"
+                      r"|[^\s\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff]+\s*", text)
 
 
 class BadRequest(Exception):
