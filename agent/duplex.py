@@ -168,6 +168,12 @@ class DuplexController:
         self._owed_apology: TurnTrace | None = None  # the failed turn the next speech the agent says on its own answers
 
     @property
+    def awaiting_commit(self) -> bool:
+        """Words the caller said are waiting for the framework's end-of-turn decision (a pending turn, or words that
+        reached it after it had committed the turn they were said in: its next turn)."""
+        return self._pending_turn() is not None or bool(self._uncommitted)
+
+    @property
     def reply(self) -> Reply | None:
         """The reply of the speech that holds the floor."""
         return self.active.reply if self.active is not None else None
@@ -333,6 +339,11 @@ class DuplexController:
         elif self._uncommitted:  # words that reached us after the framework had closed this turn
             turn.user_text = " ".join(u.text or "" for u in covered).strip()
         turn.mark(TURN_COMMITTED, t)
+        for speech in self._speeches.values():  # prepared on words that reached no turn of ours until now
+            if speech.turn is None and speech.live and not speech.is_scheduled():
+                speech.turn = turn
+                if speech.reply is not None and speech.reply.turn is None:
+                    speech.reply.turn = turn
         if self.state in (State.HOLDING, State.LISTENING, State.INTERRUPTING):
             self.transition(State.THINKING, "turn committed")
         early = self._answer_of(turn)

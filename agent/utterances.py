@@ -61,6 +61,11 @@ class Utterances:
     def __iter__(self):  # noqa: ANN204
         return iter(list(self._kept))
 
+    @property
+    def in_progress(self) -> bool:
+        """The caller is speaking: the latest utterance has started and not ended."""
+        return bool(self._kept) and self._kept[-1].end is None
+
     def started(self, t: float) -> Utterance:
         self.count += 1
         utterance = Utterance(start=t)

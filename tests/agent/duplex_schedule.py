@@ -45,6 +45,7 @@ OUTCOMES = {o.value for o in Outcome} - {"open", "worker_lost"}
 # the call or the harness, could have made progress then.
 SETTLE_S = 4.0
 MAX_SETTLE_S = 60.0
+MIC_SETTLE_S = 0.2  # audio seconds of silence after which the EnergyVAD (60 ms hangover) has ended an utterance
 
 
 @dataclass
@@ -170,7 +171,9 @@ class ScheduleRunner:
 
         def idle() -> bool:
             ctl = call.controller
-            return (ctl.reply is None and ctl.state is State.LISTENING and not mic.speaking and not call.apology.pending
+            # the VAD has had the audio time to end the last utterance (EnergyVAD: 60 ms of silence) and did
+            return (ctl.reply is None and ctl.state is State.LISTENING and mic.quiet_for(MIC_SETTLE_S)
+                    and not ctl.utterances.in_progress and not ctl.awaiting_commit and not call.apology.pending
                     and call.session.agent_state == "listening" and call.session.current_speech is None
                     and call.output.source.queued_duration == 0 and self.backend.active_streams == 0)
 

@@ -63,8 +63,9 @@ def spans() -> Iterator[tuple[TraceSpans, InMemorySpanExporter]]:
     provider.shutdown()
 
 
-FULL = {"vad_speech_start": -1.2, "stt_request": -0.1, "stt_done": 0.08, "llm_request": 0.082,
-        "llm_first_token": 0.125, "tts_first_text": 0.131, "tts_first_packet": 0.162, "first_frame_published": 0.163}
+FULL = {"vad_speech_start": -1.2, "vad_speech_end": 0.0, "stt_request": -0.1, "stt_done": 0.08,
+        "turn_committed": 0.081, "llm_request": 0.082, "llm_first_token": 0.125,
+        "tts_first_text": 0.131, "tts_first_packet": 0.162, "first_frame_published": 0.163}
 
 
 def test_a_turn_becomes_one_span_with_a_child_per_stage(spans) -> None:
@@ -111,7 +112,8 @@ def test_what_the_trace_gains_later_appears_without_code(spans, monkeypatch: pyt
 def test_an_error_and_an_interruption(spans) -> None:
     sink, exporter = spans
     irq = tracing.Interruption(interrupt_detected=100.3, audio_silenced=100.305, frames_published=7)
-    record = record_of(FULL, errors=["llm: APITimeoutError: timed out"], outcome="error", interruptions=[irq])
+    record = record_of(FULL, errors=["llm: APITimeoutError: timed out"], outcome=tracing.Outcome.ERROR,
+                       interruptions=[irq])
     sink(record)
     by_name = {s.name: s for s in exporter.get_finished_spans()}
     turn = by_name["voice_agent.turn"]
