@@ -184,3 +184,23 @@ def test_the_live_tracker_and_the_helpers() -> None:
     assert activity.audible() and activity.quiet_since() is None
     assert runs(np.array([False, True, True, False, True])) == [(1, 3), (4, 5)]
     assert level_windows(np.array([-20.0] * 10))[0] == pytest.approx(-20.0)
+
+
+def test_the_report_renders_its_table_and_plots(tmp_path) -> None:  # noqa: ANN001
+    from agent.tools.convbench import report as reports
+
+    call = Call().turn("t1", [(0.5, 2.0), (3.0, 4.0)], [1000]).trace(2.3).state(4.6, "thinking")
+    call.state(5.0, "speaking").talk(5.0, 12.0).cued("t1.barge_in", "barge_in", (6.0, 6.8), anchor=5.0)
+    call.trace(4.4, {"first_frame_published": 0.5}, interrupt=7.0).state(7.02, "listening").talk(7.05, 12.0, -100.0)
+    meta = {"date": "2026-11-28T00:00:00+00:00", "command": "python -m agent.tools.convbench --script s.json",
+            "device": "test", "versions": {}, "config": {"turn_handling": "vad"}, "duration_s": 12.0,
+            "counts": {"scripts": 1, "items": 2, "items_played": 2, "errors": 0}, "caller": {}}  # fmt: skip
+    report = reports.build(call.scored(), meta)
+    assert report["verdict"]["false_cutoff_rate"] == "MISS" and report["verdict"]["barge_in_missed"] == "pass"
+    assert report["summary"]["barge_ins"]["silence_ms"]["p50"] == pytest.approx(1050.0, abs=10.0)
+    reports.write(report, tmp_path)
+    text = (tmp_path / "convbench.md").read_text()
+    assert "| false cut-offs (pauses inside a turn) | 1/1 = 100.0 % (before the resume: 1) | <= 5.0 % | MISS |" in text
+    assert (tmp_path / "convbench.png").stat().st_size > 0
+    reports.compare_plot([report, report], tmp_path / "compare.png")
+    assert (tmp_path / "compare.png").stat().st_size > 0

@@ -130,11 +130,14 @@ def plot(report: dict[str, Any], path: Path) -> None:
     ax.legend(loc="lower right")
     ax = axes[2]
     rows = [r for r in report["cued_rows"] if r["played"]]
-    for kind, color in (("barge_in", "#4f81bd"), ("backchannel", "#9bbb59"), ("noise", "#8064a2")):
-        pts = [r["silence_ms"] for r in rows if r["kind"] == kind and r["silence_ms"] is not None and r["stopped"]]
-        ax.scatter(pts, [kind] * len(pts), color=color, alpha=0.6)
-        kept = sum(1 for r in rows if r["kind"] == kind and not r["stopped"])
-        ax.annotate(f"kept talking: {kept}", (0, kind), xytext=(0, 8), textcoords="offset points", fontsize=8)
+    labels = []
+    for y, (kind, color) in enumerate((("barge_in", "#4f81bd"), ("backchannel", "#9bbb59"), ("noise", "#8064a2"))):
+        mine = [r for r in rows if r["kind"] == kind]
+        pts = [r["silence_ms"] for r in mine if r["silence_ms"] is not None and r["stopped"]]
+        ax.scatter(pts, [y] * len(pts), color=color, alpha=0.6)
+        labels.append(f"{kind}\n(stopped {len(pts)}/{len(mine)})")
+    ax.set_yticks(range(len(labels)), labels)
+    ax.set_ylim(-0.5, len(labels) - 0.5)
     ax.set(title="onset -> agent silent at the caller", xlabel="ms")
     fig.suptitle(f"convbench, TURN_HANDLING={report['config']['turn_handling']}, {report['date'][:10]}")
     fig.tight_layout()

@@ -237,11 +237,14 @@ def _rate(hits: int, n: int) -> float | None:
     return round(hits / n, 4) if n else None
 
 
+BUCKETS = ("under 300", "300-499", "500-799", "800-1199", "1200+")
+
+
 def _bucket(ms: float) -> str:
-    for hi, name in ((500, "300-499"), (800, "500-799"), (1200, "800-1199")):
+    for hi, name in zip((300, 500, 800, 1200), BUCKETS, strict=False):
         if ms < hi:
             return name
-    return "1200+"
+    return BUCKETS[-1]
 
 
 def summarize(pauses: list[dict], ends: list[dict], cued: list[dict]) -> dict[str, Any]:
@@ -251,7 +254,10 @@ def summarize(pauses: list[dict], ends: list[dict], cued: list[dict]) -> dict[st
             k = key(row)
             n, cut = out.get(k, (0, 0))
             out[k] = (n + 1, cut + row["cut"])
-        return {k: {"n": n, "cut": c, "rate": _rate(c, n)} for k, (n, c) in sorted(out.items())}
+        return {k: {"n": n, "cut": c, "rate": _rate(c, n)} for k, (n, c) in sorted(out.items(), key=order)}
+
+    def order(entry: tuple[str, Any]) -> tuple[int, str]:  # length buckets shortest first, kinds by name
+        return (BUCKETS.index(entry[0]) if entry[0] in BUCKETS else len(BUCKETS), entry[0])
 
     cut = sum(r["cut"] for r in pauses)
     played = {k: [r for r in cued if r["kind"] == k and r["played"]] for k in ("backchannel", "noise", "barge_in")}
