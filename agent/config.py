@@ -54,6 +54,19 @@ def cpu_limit(env: Env) -> float | None:
     )  # fmt: skip
 
 
+#: `TURN_HANDLING=livekit` is LiveKit's defaults: Silero's own hangover (0.55 s, on its 32 ms window grid), and its
+#: turn detector refuses a VAD hangover under 0.25 s (the audio model needs that much silence to judge).
+LIVEKIT_VAD_SILENCE_MS = 544
+LIVEKIT_VAD_SILENCE_MIN_MS = 256
+
+
+def vad_silence_ms(env: Env) -> int:
+    """`VAD_SILENCE_MS`, by default 224 ms (`vad`, `ours`) or LiveKit's own 544 ms (`livekit`)."""
+    if env.choice("TURN_HANDLING", "ours", ("ours", "vad", "livekit")) == "livekit":
+        return env.int("VAD_SILENCE_MS", LIVEKIT_VAD_SILENCE_MS, lo=LIVEKIT_VAD_SILENCE_MIN_MS, hi=5000)
+    return env.int("VAD_SILENCE_MS", 224, lo=50, hi=5000)
+
+
 def quiet_db(env: Env) -> float | None:
     """`VAD_QUIET_DB`: a level in dBFS (-120..-20), or "off" (Silero alone decides what is silence)."""
     return _value_or_off(
@@ -161,7 +174,7 @@ class AgentConfig:
             http_port=env.int("AGENT_HTTP_PORT", 8081, lo=0, hi=65535),
             llm_max_history_items=env.int("LLM_MAX_HISTORY_ITEMS", 24, lo=2, hi=10_000),
             llm_temperature=env.float("LLM_TEMPERATURE", 0.3, lo=0.0, hi=2.0),
-            vad_silence_ms=env.int("VAD_SILENCE_MS", 224, lo=50, hi=5000),
+            vad_silence_ms=vad_silence_ms(env),
             vad_quiet_db=quiet_db(env),
             stt_early_ms=stt_early_ms(env),
             input_frame_ms=int(env.choice("INPUT_FRAME_MS", "20", ("10", "20", "30", "40", "50"))),
