@@ -26,6 +26,7 @@ from typing import Any
 from tts_engine.config import EngineConfig, unknown_tts_variables
 from tts_engine.env import load_dotenv
 from tts_engine.errors import CheckpointError, ConfigError
+from tts_engine.runtime.process import tune_process
 from tts_engine.server_config import ServerConfig, is_loopback, listen_sockets, parse_client_limit
 
 log = logging.getLogger("tts_engine.server")
@@ -136,7 +137,6 @@ def warn_if_exposed(sockets: list[socket.socket], config: ServerConfig) -> bool:
 def _serve_loaded(config: EngineConfig, server_config: ServerConfig, sockets: list[socket.socket]) -> int:
     # heavy (torch, aiohttp): imported only once the arguments are parsed and the port is ours
     from tts_engine.engine import Engine
-    from tts_engine.runtime.process import tune_process
     from tts_engine.server import start_server
 
     try:

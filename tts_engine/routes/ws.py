@@ -56,7 +56,7 @@ SAMPLES_PER_FRAME = 1920
 class _Utterance:
     def __init__(self, stream: Any, client: str) -> None:
         self.stream = stream
-        self.client = client  # holds one of the client's shares until its `done`
+        self.client: str | None = client  # holds one of the client's shares until it ends (None once given back)
         self.ended = False  # the client sent "end"
         self.held_text = ""  # text before its first letter or digit: the engine gets it with that character
         self.speakable = False
@@ -108,6 +108,7 @@ class TextWebSocket:
                     current.task.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await current.task
+                self._give_back(current)  # also when its pump was cancelled before it ran
         return ws
 
     async def _on_message(self, ws: web.WebSocketResponse, request: web.Request, raw: str,
@@ -233,7 +234,7 @@ class TextWebSocket:
             await self._error(ws, f"synthesis failed: {exc}", None, 500)
         finally:
             self.server.in_flight.dec()
-            self.server.clients.release(utterance.client)
+            self._give_back(utterance)
         summary: dict[str, Any] = {"request_id": stream.request_id, "endpoint": PATH, "status": "",
                                    "packets_sent": utterance.packets, "samples_sent": utterance.samples, **cut}
         if cut:  # the connection is gone: no `done`; the summary settles on its own
@@ -249,6 +250,11 @@ class TextWebSocket:
                     "packets": utterance.packets, "samples": utterance.samples,
                     "ttfa_ms": None if m.ttfa_ms is None else round(m.ttfa_ms, 2)}))
         self.server.summaries.remember(summary, stream, final=final)
+
+    def _give_back(self, utterance: _Utterance) -> None:
+        if utterance.client is not None:
+            self.server.clients.release(utterance.client)
+            utterance.client = None
 
     async def _error(self, ws: web.WebSocketResponse, message: str, field: str | None, status: int = 400) -> None:
         self.server.requests_total.labels("ws", str(status)).inc()
