@@ -99,7 +99,8 @@ def generate(base: str, budget: int, seed: int, headers: dict[str, str]) -> list
     from hypothesis import strategies as st
     from schemathesis.generation import GenerationMode
 
-    schema = schemathesis.openapi.from_url(base + "/openapi.json", headers=headers)
+    keyed = bool(headers)
+    schema = schemathesis.openapi.from_url(base + "/openapi.json", headers=dict(headers))  # it adds to the dict
     operations = [result.ok() for result in schema.get_all_operations()]
     posts = [(op.method.upper(), op.path) for op in operations if op.method.lower() == "post"]
     # raw hostile bodies: bytes, text, JSON at the parser's limits, JSON objects of known field names with values
@@ -144,7 +145,7 @@ def generate(base: str, budget: int, seed: int, headers: dict[str, str]) -> list
                     count = min(100, max(20, budget // 10))
                 cases += [(mode.value, case) for case in draw(op.as_strategy(generation_mode=mode), count, run_seed)]
         cases += [("raw", item) for item in draw(raw, min(100, max(20, budget // 10)), run_seed)]
-        if headers:  # no key, a wrong one, another scheme: 401 everywhere but /healthz
+        if keyed:  # no key, a wrong one, another scheme: 401 everywhere but /healthz
             keys = st.sampled_from([{}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {API_KEY}"},
                                     {"Authorization": "Bearer"}, {"Authorization": f"bearer {API_KEY}x"}])
             auth = st.tuples(st.sampled_from([(op.method.upper(), op.path) for op in operations]), keys)
