@@ -12,13 +12,16 @@ host), closing it early cancels the synthesis; `active_streams` / `capacity` fee
 - `RemoteBackend` speaks the server's HTTP API: POST `<TTS_ENGINE_URL>/tts/stream` with JSON
   `{text, speaker, language}` -> chunked raw s16le 24 kHz PCM. A packet is whatever whole samples one
   read returned; `t_ready` is when those bytes arrived. 4xx answers become `RemoteTTSError` with the
-  server's message; closing the iterator drops the HTTP response, which cancels the server's stream.
+  server's message; closing the iterator drops the HTTP response, which cancels the server's stream. With
+  `TTS_API_KEY` set (the server's key; its first one when it lists several), every request carries
+  `Authorization: Bearer <key>`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -130,8 +133,11 @@ class RemoteBackend:
         capacity: int = 16,
         connect_timeout_s: float = 5.0,
         max_frames_per_segment: int | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        key = api_key if api_key is not None else os.environ.get("TTS_API_KEY", "").split(",")[0].strip()
+        self._headers = {"Authorization": f"Bearer {key}"} if key else {}
         self.max_frames_per_segment = max_frames_per_segment
         self._capacity = capacity
         self._active = 0
@@ -148,7 +154,7 @@ class RemoteBackend:
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
+            self._session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers)
         return self._session
 
     async def stream(self, text: str, *, speaker: str, language: str) -> AsyncIterator[PacketLike]:

@@ -4,12 +4,15 @@ Usage: .venv/bin/python scripts/fuzz_http.py [--requests N] [--surface tts|token
                                            [--model DIR] [--out summary.json]
 
 Starts each server as a real process on a loopback port (`python -m tts_engine serve` on a tiny random checkpoint,
-CPU; `python -m token_server --dev`), loads `GET /openapi.json` with schemathesis, generates at least N requests per
-surface (schema-valid and schema-violating cases of every operation, plus raw hostile bodies with odd content
-types), and sends them from W threads at once. A /tts/stream answer is mostly read to its first chunk and then
-dropped (a client that hangs up), sometimes read to the end. Each answer must be a documented status with a
-documented content type, errors must be the server's JSON shape naming a field, schema-violating input must get a
-4xx, and no answer may be a 500 or take longer than the timeout (a hang). Afterwards each server must still serve,
+CPU, with an API key; `python -m token_server --dev`), loads `GET /openapi.json` with schemathesis, generates at least
+N requests per surface (schema-valid and schema-violating cases of every operation, plus raw hostile bodies with odd
+content types, plus on the TTS server requests of every operation with no key or a wrong one, which must be 401 in
+the route's error shape, /healthz excepted), and sends them from W threads at once (the TTS server's per-client
+limit is the default, so a client past its share gets the documented 429). A /tts/stream answer is mostly read to
+its first chunk and then dropped (a client that hangs up), sometimes read to the end. Each answer must be a documented
+status with a documented content type, errors must be the route's JSON shape naming a field (OpenAI's where the
+document says so), schema-violating input must get a 4xx, and no answer may be a 500 or take longer than the timeout
+(a hang). Afterwards each server must still serve,
 the TTS server's counters (open/running streams, HTTP streams in flight) must be back to 0, and each server's RSS
 at the end must be within 10 % of its RSS after the first 10 % of requests. Prints a JSON summary; exit 1 on any
 failure. The TTS server runs with TTS_DEEP_STREAM_MAX_POSITIONS=128 and --max-text-chars 48 so that a valid request
@@ -42,14 +45,16 @@ FIELD_NAMES = ["text", "speaker", "language", "instruct", "seed", "max_frames", 
                "voice", "response_format", "stream_format", "speed", "room", "identity", "name", "room_name",
                "participant_identity", "participant_name", "participant_metadata", "participant_attributes",
                "room_config"]
-OPENAI_SHAPE = ("/v1/audio/speech",)
+API_KEY = "fuzz-key-0123456789"  # the TTS server runs with this TTS_API_KEY
 RAW_TYPES = ["application/json", "text/plain", "application/x-www-form-urlencoded", "multipart/form-data",
              "application/json; charset=latin-1", ""]
 
 
 class Served:
-    def __init__(self, name: str, cmd: list[str], env: dict[str, str], pattern: str, log: Path) -> None:
+    def __init__(self, name: str, cmd: list[str], env: dict[str, str], pattern: str, log: Path,
+                 headers: dict[str, str] | None = None) -> None:
         self.name, self.log = name, log
+        self.headers = headers or {}  # sent with every request of the fuzz (the API key)
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
         deadline, lines = time.monotonic() + 180, []
@@ -87,15 +92,17 @@ class Served:
             self.proc.kill()
 
 
-def generate(base: str, budget: int, seed: int) -> list[tuple[str, Any]]:
-    """At least `budget` (mode, case) pairs from the published document; schema-valid, schema-violating, raw."""
+def generate(base: str, budget: int, seed: int, headers: dict[str, str]) -> list[tuple[str, Any]]:
+    """At least `budget` (mode, case) pairs from the published document; schema-valid, schema-violating, raw, and
+    (on a server with a key) every operation without it or with a wrong one."""
     import schemathesis
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hseed
     from hypothesis import strategies as st
     from schemathesis.generation import GenerationMode
 
-    schema = schemathesis.openapi.from_url(base + "/openapi.json")
+    keyed = bool(headers)
+    schema = schemathesis.openapi.from_url(base + "/openapi.json", headers=dict(headers))  # it adds to the dict
     operations = [result.ok() for result in schema.get_all_operations()]
     posts = [(op.method.upper(), op.path) for op in operations if op.method.lower() == "post"]
     # raw hostile bodies: bytes, text, JSON at the parser's limits, JSON objects of known field names with values
@@ -140,14 +147,21 @@ def generate(base: str, budget: int, seed: int) -> list[tuple[str, Any]]:
                     count = min(100, max(20, budget // 10))
                 cases += [(mode.value, case) for case in draw(op.as_strategy(generation_mode=mode), count, run_seed)]
         cases += [("raw", item) for item in draw(raw, min(100, max(20, budget // 10)), run_seed)]
+        if keyed:  # no key, a wrong one, another scheme: 401 everywhere but /healthz
+            keys = st.sampled_from([{}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {API_KEY}"},
+                                    {"Authorization": "Bearer"}, {"Authorization": f"bearer {API_KEY}x"}])
+            auth = st.tuples(st.sampled_from([(op.method.upper(), op.path) for op in operations]), keys)
+            cases += [("auth", item) for item in draw(auth, min(100, max(10, budget // 20)), run_seed)]
         rounds += 1
     return cases
 
 
 class Fuzzer:
-    def __init__(self, served: Served, expected_statuses: dict[tuple[str, str], set[str]]) -> None:
+    def __init__(self, served: Served, expected_statuses: dict[tuple[str, str], set[str]],
+                 openai_shaped: set[str]) -> None:
         self.served = served
         self.expected = expected_statuses
+        self.openai_shaped = openai_shaped  # paths whose errors the document gives in OpenAI's shape
         self.local = threading.local()
         self.lock = threading.Lock()
         self.statuses: Counter[str] = Counter()
@@ -178,16 +192,27 @@ class Fuzzer:
         problem: str | None = None
         status = "-"
         try:
-            if mode == "raw":
+            if mode == "auth":
+                (method, path), headers = case
+                label = f"{method} {path}"
+                resp = self.session().request(method, self.served.base + path.replace("{request_id}", "x"),
+                                              headers=headers, json={}, timeout=(5, TIMEOUT_S))
+                if path == "/healthz":
+                    problem = None if resp.status_code == 200 else f"/healthz needs no key, got {resp.status_code}"
+                elif resp.status_code != 401 or resp.headers.get("WWW-Authenticate") != "Bearer":
+                    problem = f"without the key: {resp.status_code}, expected 401 + WWW-Authenticate: Bearer"
+                else:
+                    problem = self._check_error_shape(resp, path)
+            elif mode == "raw":
                 (method, path), ctype, body = case
                 headers = {"Content-Type": ctype} if ctype else {}
-                resp = self.session().request(method, self.served.base + path, data=body, headers=headers,
-                                              timeout=(5, TIMEOUT_S))
+                resp = self.session().request(method, self.served.base + path, data=body,
+                                              headers={**headers, **self.served.headers}, timeout=(5, TIMEOUT_S))
                 problem = self._check_error_shape(resp, path) if resp.status_code >= 400 else None
                 label = f"{method} {path}"
             else:
                 label = f"{case.method.upper()} {case.operation.path}"
-                kwargs = case.as_transport_kwargs(base_url=self.served.base)
+                kwargs = case.as_transport_kwargs(base_url=self.served.base, headers=self.served.headers)
                 streamed = case.operation.path in STREAMED and hash(case.id) % 10 != 0
                 resp = self.session().request(**kwargs, stream=streamed, timeout=(5, TIMEOUT_S))
                 if streamed and resp.status_code == 200:
@@ -219,19 +244,18 @@ class Fuzzer:
             self.hangs += status == "hang"
             self.server_errors += status.startswith("5") and status != "503"
             if problem and len(self.failures) < 50:
-                body = case.body if mode != "raw" else case[2][:200]
+                body = {"raw": lambda: case[2][:200], "auth": lambda: case[1]}.get(mode, lambda: case.body)()
                 self.failures.append({"mode": mode, "request": label, "status": status, "problem": problem,
                                       "body": repr(body)[:300]})
             elif problem:
                 self.failures.append({"problem": "(more)"}) if len(self.failures) == 50 else None
 
-    @staticmethod
-    def _check_error_shape(resp: requests.Response, path: str) -> str | None:
+    def _check_error_shape(self, resp: requests.Response, path: str) -> str | None:
         try:
             body = resp.json()
         except ValueError:
             return f"{resp.status_code} error is not JSON: {resp.text[:120]!r}"
-        if path in OPENAI_SHAPE:  # {"error": {"message", "type", "param", "code"}}, for OpenAI clients
+        if path in self.openai_shaped:  # {"error": {"message", "type", "param", "code"}}, for OpenAI clients
             error = body.get("error") if isinstance(body, dict) else None
             if not (isinstance(error, dict) and error.get("message") and "param" in error):
                 return f"{resp.status_code} error lacks error.message/param: {str(body)[:120]}"
@@ -241,16 +265,19 @@ class Fuzzer:
         return None
 
 
-def expected_statuses(base: str) -> dict[tuple[str, str], set[str]]:
-    doc = requests.get(base + "/openapi.json", timeout=10).json()
-    return {(m.upper(), p): set(op["responses"]) for p, ops in doc["paths"].items() for m, op in ops.items()}
+def expected_statuses(base: str, headers: dict[str, str]) -> tuple[dict[tuple[str, str], set[str]], set[str]]:
+    """Per operation the documented statuses, and the paths whose documented errors are OpenAI's shape."""
+    doc = requests.get(base + "/openapi.json", headers=headers, timeout=10).json()
+    statuses = {(m.upper(), p): set(op["responses"]) for p, ops in doc["paths"].items() for m, op in ops.items()}
+    openai_shaped = {p for p, ops in doc["paths"].items() if "#/components/schemas/OpenAIError" in json.dumps(ops)}
+    return statuses, openai_shaped
 
 
 def fuzz(served: Served, budget: int, workers: int, seed: int) -> dict[str, Any]:
     t0 = time.monotonic()
-    cases = generate(served.base, budget, seed)
+    cases = generate(served.base, budget, seed, served.headers)
     generated_s = time.monotonic() - t0
-    fuzzer = Fuzzer(served, expected_statuses(served.base))
+    fuzzer = Fuzzer(served, *expected_statuses(served.base, served.headers))
     rss: dict[str, int] = {"start_kib": served.rss_kib()}
     fuzzer.warm_at = max(1, len(cases) // 10)
     peak = [rss["start_kib"]]
@@ -289,18 +316,18 @@ def after_checks(served: Served) -> dict[str, Any]:
     if served.name == "token":
         token = requests.post(served.base + "/api/token", json={}, timeout=10)
         return {"serves": token.status_code == 200 and requests.get(served.base + "/healthz", timeout=10).ok}
-    deadline = time.monotonic() + 30
+    deadline, key = time.monotonic() + 30, served.headers
     while True:
         health = requests.get(served.base + "/healthz", timeout=10).json()
-        metrics = requests.get(served.base + "/metrics", timeout=10).text
+        metrics = requests.get(served.base + "/metrics", headers=key, timeout=10).text
         gauges = {name: float(re.search(rf"^{name} (\S+)$", metrics, re.M).group(1))  # type: ignore[union-attr]
                   for name in ("tts_engine_open_streams", "tts_engine_running_streams", "tts_http_streams_in_flight")}
         if (health["open_streams"] == 0 and not any(gauges.values())) or time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    speakers = requests.get(served.base + "/v1/speakers", timeout=10).json()["speakers"]
+    speakers = requests.get(served.base + "/v1/speakers", headers=key, timeout=10).json()["speakers"]
     probe = requests.post(served.base + "/synthesize", json={"text": "hello", "speaker": speakers[0], "max_frames": 2},
-                          timeout=60)
+                          headers=key, timeout=60)
     return {"serves": probe.status_code == 200 and len(probe.content) == 44 + 2 * 1920 * 2,
             "open_streams": health["open_streams"], **gauges}
 
@@ -324,8 +351,9 @@ def main(argv: list[str] | None = None) -> int:
         served = Served("tts", [PYTHON, "-m", "tts_engine", "serve", "--model", model, "--device", "cpu",
                                 "--host", "127.0.0.1", "--port", "0", "--max-text-chars", "48",
                                 "--env-file", os.devnull],
-                        {"TTS_DEEP_STREAM_MAX_POSITIONS": "128"},
-                        r"listening on http://127\.0\.0\.1:(\d+)", tmp / "tts.log")
+                        {"TTS_DEEP_STREAM_MAX_POSITIONS": "128", "TTS_API_KEY": API_KEY},
+                        r"listening on http://127\.0\.0\.1:(\d+)", tmp / "tts.log",
+                        headers={"Authorization": f"Bearer {API_KEY}"})
         try:
             results.append(fuzz(served, args.requests, args.workers, args.seed))
         finally:

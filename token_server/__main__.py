@@ -1,7 +1,8 @@
 """`python -m token_server [--host H] [--port P] [--dev] [--env-file F]`: run the token + page server.
 
 Exit codes: 0 after a clean stop, 2 when the configuration is missing or invalid (a one-line message on
-stderr, no traceback). `--dev` signs with the `livekit-server --dev` key pair and says so loudly.
+stderr, no traceback). `--dev` signs with the `livekit-server --dev` key pair and says so loudly. `--help` needs
+only the standard library: the server (aiohttp, livekit-api) is imported once the arguments are parsed.
 """
 
 from __future__ import annotations
@@ -11,11 +12,7 @@ import logging
 import os
 import sys
 
-from aiohttp import web
-
-from token_server.app import create_app
 from token_server.config import ConfigError, ServerConfig, load_dotenv
-from token_server.static import vendor_installed
 
 log = logging.getLogger("token_server")
 
@@ -42,6 +39,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    # heavy (aiohttp, livekit-api): imported after the arguments are parsed, so --help works without them
+    from aiohttp import web
+
+    from token_server.app import create_app
+    from token_server.static import vendor_installed
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         load_dotenv(args.env_file)

@@ -1,7 +1,9 @@
 """`python -m tts_engine <command>`: one entry point, each command in its own module.
 
-A command module exposes `add_arguments(parser)` and `run(args) -> int`; it is imported only when
-its command is used, so `--help` stays fast and a CPU machine never imports CUDA-only code.
+A command module exposes `add_arguments(parser)` and `run(args) -> int`; it is imported only when its command is
+used, and imports only the standard library and light tts_engine modules at its top (heavy ones: torch, numpy,
+aiohttp, inside `run`), so every `--help` works, and fast, on a machine where those are missing
+(tests/server/test_cli_help.py). A CPU machine never imports CUDA-only code.
 """
 
 from __future__ import annotations
@@ -11,12 +13,12 @@ import importlib
 import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "make-checkpoint": ("tts_engine.model.factory", "write a random-weight checkpoint in the real HF layout"),
-    "check": ("tts_engine.doctor", "validate a checkpoint: configs against tensor headers, no weights loaded"),
+    "make-checkpoint": ("tts_engine.make_checkpoint_cli", "write a random-weight checkpoint in the real HF layout"),
+    "check": ("tts_engine.doctor_cli", "validate a checkpoint: configs against tensor headers, no weights loaded"),
     "synthesize": ("tts_engine.synthesize_cli", "offline synthesis of one text to a 24 kHz WAV"),
-    "serve": ("tts_engine.server", "HTTP server: /tts/stream, /synthesize, /v1/speakers, /healthz, /metrics"),
-    "regression": ("tts_engine.regression", "regression suite and release gates; writes summary.json"),
-    "replay": ("tts_engine.replay", "decode dumped codes offline to WAV"),
+    "serve": ("tts_engine.server_cli", "HTTP server: /tts/stream, /v1/audio/speech, /tts/ws, /healthz, /metrics"),
+    "regression": ("tts_engine.regression_cli", "regression suite and release gates; writes summary.json"),
+    "replay": ("tts_engine.replay_cli", "decode dumped codes offline to WAV"),
     "bench": ("tts_engine.bench.cli", "GPU benchmarks (CUDA only)"),
 }
 

@@ -56,6 +56,9 @@ KNOWN_TTS_VARIABLES = (
     # read by `python -m tts_engine serve` and the launch scripts (scripts/run_tts_server.sh, start_all.sh)
     "TTS_HOST",
     "TTS_PORT",
+    "TTS_API_KEY",  # these three: tts_engine/server_config.py
+    "TTS_STREAM_IDLE_TIMEOUT_S",
+    "TTS_CLIENT_MAX_STREAMS",
     "TTS_STANDALONE",
     "TTS_CMD",
     "TTS_HEALTH_URL",

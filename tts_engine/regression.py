@@ -306,20 +306,7 @@ def load_baseline(path: str) -> tuple[dict[str, np.ndarray] | None, str]:
     return pcm, ""
 
 
-# ---- CLI ------------------------------------------------------------------------------------------
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--mode", choices=tuple(MODES), default="fast")
-    parser.add_argument("--model", help="checkpoint directory (TTS_DEEP_STREAM_MODEL_DIR)")
-    parser.add_argument("--out", required=True, help="output folder (summary.json, WAVs, code dumps)")
-    parser.add_argument("--device", help="auto | cpu | cuda | cuda:N")
-    parser.add_argument("--dtype", choices=("auto", "bfloat16", "float16", "float32"))
-    parser.add_argument("--baseline", help="golden summary.json (default: TTS_REGRESSION_BASELINE)")
-    parser.add_argument("--runs", type=int, help="determinism runs per case (default: fast 3, full 10)")
-    parser.add_argument("--max-frames", type=int, help="fixed frame cap per run (random-weight checkpoints)")
-    parser.add_argument("--ttfa-target-ms", type=float, help="override the device's TTFA P95 target")
-    parser.add_argument("--env-file", default=".env")
-
-
+# ---- the command (its arguments: tts_engine/regression_cli.py) -------------------------------------
 def run(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

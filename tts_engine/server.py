@@ -1,4 +1,4 @@
-"""HTTP server around one `Engine` (aiohttp): `python -m tts_engine serve`.
+"""HTTP server around one `Engine` (aiohttp): the app behind `python -m tts_engine serve` (server_cli.py).
 
 Endpoints:
 - `POST /tts/stream` JSON {text, speaker, language?, packet_frames?, first_packet_frames?, seed?, instruct?}
@@ -6,66 +6,59 @@ Endpoints:
   Each engine packet is written the moment it exists. The headers go out with the first packet, so any
   input problem the engine finds still becomes a 400. A summary (engine metrics + server TTFA = request
   received -> first byte written) is stored before the final chunk and served by `GET /v1/requests/{id}`.
-- `POST /synthesize` same JSON -> `audio/wav`.
+- `POST /synthesize` same JSON -> `audio/wav` (the whole file, real sizes in its header).
 - `GET /v1/speakers`, `GET /healthz`, `GET /metrics` (Prometheus text, own registry), `GET /openapi.json`.
-- `POST /v1/audio/speech` (OpenAI-compatible, routes/openai_speech.py), `GET /tts/ws` (text in, PCM out, routes/ws.py).
-Errors: client mistakes -> 400 {"error", "field"}; all slots busy -> 503 + Retry-After; an engine fault
--> 500 {"error"} (never for a client mistake). A client that disconnects mid-stream cancels its stream
-(handler cancellation is on, and a failed write also cancels); the engine keeps serving.
-Configuration: the env table of DESIGN.md §6 (and `.env`), CLI flags override; unknown TTS_* variables
-are warned about at start-up.
+- `POST /v1/audio/speech` (OpenAI-compatible, routes/openai_speech.py), `GET /v1/models` and `GET /v1/audio/voices`
+  (routes/discovery.py), `GET /tts/ws` (text in, PCM out, routes/ws.py).
+Errors (server_errors.py): client mistakes -> 400 {"error", "field"}; a missing or wrong API key -> 401; a client over
+its share of the streams -> 429 + Retry-After; all slots busy -> 503 + Retry-After; an engine fault -> 500 {"error"}
+(never for a client mistake). Text with no letter or digit (only punctuation, symbols or emoji) is a 400.
+Bounds (server_config.py): the optional API key and per-client limits (server_clients.py); every stream is cut once
+its client has taken nothing for the idle timeout (server_stream.py, routes/ws.py). A client that disconnects
+mid-stream cancels its stream (handler cancellation is on, and a failed write also cancels); the engine keeps serving.
 
-This module: `TTSServer` (route table, request -> engine stream, summaries) and `start_server`. The rest, by
-responsibility: server_errors.py (the one JSON error shape, body parsing, the error middleware), server_stream.py
-(the chunked streaming lifecycle shared with /v1/audio/speech), server_metrics.py (what /metrics exposes),
-server_cli.py (`add_arguments`, `run`: the `serve` command), server_openapi.py (GET /openapi.json). Every name
-that used to live here is still importable from here.
+This module: `TTSServer` (route table, request -> engine stream) and `start_server`. The rest, by responsibility:
+server_errors.py (error shapes, body checks, the error middleware), server_clients.py (API key, per-client limits),
+server_stream.py (a stream's HTTP lifecycle, shared with /v1/audio/speech), server_summaries.py (GET /v1/requests/{id}),
+server_metrics.py (what /metrics exposes), server_openapi.py (GET /openapi.json), server_config.py (configuration).
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import socket
 import time
 import uuid
-from collections import OrderedDict
 from typing import Any
 
+import numpy as np
 from aiohttp import web
 
 from tts_engine.errors import EngineBusyError, TTSInputError
+from tts_engine.routes.discovery import Discovery
+from tts_engine.routes.encode import AudioEncoder
+from tts_engine.routes.openai_speech import OpenAISpeech
+from tts_engine.routes.ws import TextWebSocket
 from tts_engine.runtime.wav import wav_bytes
-from tts_engine.server_cli import add_arguments, config_from_args, run, warn_unknown_variables
+from tts_engine.server_clients import CLIENT, Clients
+from tts_engine.server_config import ServerConfig, listen_sockets
 from tts_engine.server_errors import (
-    RETRY_AFTER_S,
     ClientError,
     busy_response,
     check_encodable,
+    check_speakable,
     error_response,
     errors_as_json,
     input_error,
+    over_share_response,
     parse_json_body,
     read_body,
 )
 from tts_engine.server_metrics import CONTENT_TYPE, ServerMetrics
-from tts_engine.server_stream import stream_response
-
-__all__ = [
-    "REQUEST_FIELDS",
-    "RETRY_AFTER_S",
-    "SAMPLE_RATE",
-    "ClientError",
-    "TTSServer",
-    "add_arguments",
-    "check_encodable",
-    "config_from_args",
-    "error_response",
-    "input_error",
-    "parse_json_body",
-    "run",
-    "start_server",
-    "warn_unknown_variables",
-]
+from tts_engine.server_openapi import document
+from tts_engine.server_stream import file_response, stream_response
+from tts_engine.server_summaries import Summaries
 
 log = logging.getLogger("tts_engine.server")
 
@@ -84,21 +77,21 @@ _REQUEST_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")  # whole string only (fullmat
 
 
 class TTSServer:
-    def __init__(self, engine: Any, *, summaries_max: int = 2048) -> None:
+    def __init__(self, engine: Any, config: ServerConfig | None = None, *, summaries_max: int = 2048) -> None:
         self.engine = engine
-        self.summaries: OrderedDict[str, dict[str, Any]] = OrderedDict()
-        self.summaries_max = summaries_max
+        self.config = config or ServerConfig()
+        self.started = int(time.time())
         self.prometheus = stats = ServerMetrics(engine)  # the routes write these instruments (server_metrics.py)
         self.registry = stats.registry
         self.requests_total = stats.requests_total
-        self.ttfa = stats.ttfa
-        self.rtf = stats.rtf
         self.disconnects = stats.disconnects
         self.in_flight = stats.in_flight
+        self.summaries = Summaries(stats, summaries_max)
+        self.clients = Clients(self.config.api_keys, self.config.client_limit(engine.capacity()))
 
     # ---- app ------------------------------------------------------------------------------------
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=1 << 20, middlewares=[errors_as_json])
+        app = web.Application(client_max_size=1 << 20, middlewares=[errors_as_json, self.clients.middleware])
         app.router.add_post("/tts/stream", self.tts_stream)
         app.router.add_post("/synthesize", self.synthesize)
         app.router.add_get("/v1/speakers", self.speakers)
@@ -106,12 +99,29 @@ class TTSServer:
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/openapi.json", self.openapi)  # server_openapi.py: one dict per route
-        from tts_engine.routes.openai_speech import OpenAISpeech
-        from tts_engine.routes.ws import TextWebSocket
-
         OpenAISpeech(self).register(app)  # POST /v1/audio/speech (routes/openai_speech.py)
+        Discovery(self).register(app)  # GET /v1/models, /v1/audio/voices (routes/discovery.py)
         TextWebSocket(self).register(app)  # GET /tts/ws: text in, PCM out (routes/ws.py)
         return app
+
+    # ---- shared by the routes -------------------------------------------------------------------
+    def request_id(self, request: web.Request) -> str:
+        given = request.headers.get("x-request-id", "")
+        return given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex[:16]
+
+    def claim(self, request: web.Request) -> web.Response | None:
+        """Count one stream against the request's client; the 429 to answer when it is over its share."""
+        client = request[CLIENT]
+        if self.clients.claim(client):
+            return None
+        return over_share_response(request.path, client, self.clients.limit)
+
+    def release(self, request: web.Request) -> None:
+        self.clients.release(request[CLIENT])
+
+    def count(self, endpoint: str, response: web.StreamResponse) -> Any:
+        self.requests_total.labels(endpoint, str(response.status)).inc()
+        return response
 
     # ---- request parsing ------------------------------------------------------------------------
     async def _parse(self, request: web.Request) -> dict[str, Any]:
@@ -134,11 +144,8 @@ class TTSServer:
             raise ClientError("instruct must be a string", "instruct")
         for key, value in body.items():
             check_encodable(key, value)
+        check_speakable("text", body["text"])
         return body
-
-    def _request_id(self, request: web.Request) -> str:
-        given = request.headers.get("x-request-id", "")
-        return given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex[:16]
 
     def _open_stream(self, body: dict[str, Any], request_id: str) -> Any:
         return self.engine.stream(
@@ -153,104 +160,71 @@ class TTSServer:
             request_id=request_id,
         )
 
-    def _remember(self, summary: dict[str, Any]) -> None:
-        self.summaries[summary["request_id"]] = summary
-        while len(self.summaries) > self.summaries_max:
-            self.summaries.popitem(last=False)
-
-    def _finish_summary(self, summary: dict[str, Any], handle: Any, t_received: float) -> None:
-        metrics = handle.metrics
-        summary["stream"] = metrics.to_dict()
-        summary["server_wall_ms"] = round((time.perf_counter() - t_received) * 1000.0, 2)
-        self._remember(summary)
-        if summary.get("status") == "completed":
-            if "ttfa_ms" in summary:
-                self.ttfa.observe(summary["ttfa_ms"] / 1000.0)
-            if metrics.rtf is not None:
-                self.rtf.observe(metrics.rtf)
+    async def _serve(self, request: web.Request, label: str, respond: Any) -> web.StreamResponse:
+        """Parse, claim the client's share, open the engine stream, then `respond(handle, request_id, t_received)`."""
+        t_received = time.perf_counter()
+        request_id = self.request_id(request)
+        try:
+            body = await self._parse(request)
+        except ClientError as exc:
+            return self.count(label, error_response(str(exc), exc.field, exc.status))
+        over_share = self.claim(request)
+        if over_share is not None:
+            return self.count(label, over_share)
+        try:
+            try:
+                handle = self._open_stream(body, request_id)
+            except TTSInputError as exc:
+                return self.count(label, input_error(exc))
+            except EngineBusyError as exc:
+                return self.count(label, busy_response(exc))
+            return await respond(handle, request_id, t_received)
+        finally:
+            self.release(request)
 
     # ---- handlers -------------------------------------------------------------------------------
     async def tts_stream(self, request: web.Request) -> web.StreamResponse:
-        t_received = time.perf_counter()
-        request_id = self._request_id(request)
-        try:
-            body = await self._parse(request)
-            handle = self._open_stream(body, request_id)
-        except ClientError as exc:
-            return self._count("stream", error_response(str(exc), exc.field, exc.status))
-        except TTSInputError as exc:
-            return self._count("stream", input_error(exc))
-        except EngineBusyError as exc:
-            return self._count("stream", busy_response(exc))
-        from tts_engine.routes.encode import AudioEncoder
-
-        headers = {
-            "content-type": "application/octet-stream",
-            "x-sample-rate": str(SAMPLE_RATE),
-            "x-audio-format": "s16le",
-            "x-channels": "1",
-            "x-request-id": request_id,
-        }
-        return await stream_response(
-            self,
-            request,
-            handle,
-            label="stream",
-            t_received=t_received,
-            headers=headers,
-            summary={"request_id": request_id, "endpoint": "/tts/stream", "bytes_sent": 0},
-            encoder=AudioEncoder("pcm"),
-            refuse=input_error,
-            fail=lambda message: error_response(message, None, 500),
-        )
-
-    async def synthesize(self, request: web.Request) -> web.Response:
-        request_id = self._request_id(request)
-        try:
-            body = await self._parse(request)
-            handle = self._open_stream(body, request_id)
-        except ClientError as exc:
-            return self._count("synthesize", error_response(str(exc), exc.field, exc.status))
-        except TTSInputError as exc:
-            return self._count("synthesize", input_error(exc))
-        except EngineBusyError as exc:
-            return self._count("synthesize", busy_response(exc))
-        import numpy as np
-
-        try:
-            parts = [packet.pcm async for packet in handle]
-        except TTSInputError as exc:
-            return self._count("synthesize", input_error(exc))
-        except Exception as exc:  # noqa: BLE001 - an engine fault, not the client's
-            log.error("synthesize %s failed: %s", request_id, exc)
-            return self._count("synthesize", error_response(f"synthesis failed: {exc}", None, 500))
-        finally:
-            handle.cancel()
-        pcm = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int16)
-        self._remember(
-            {
-                "request_id": request_id,
-                "endpoint": "/synthesize",
-                "status": "completed",
-                "stream": handle.metrics.to_dict(),
+        async def respond(handle: Any, request_id: str, t_received: float) -> web.StreamResponse:
+            headers = {
+                "content-type": "application/octet-stream",
+                "x-sample-rate": str(SAMPLE_RATE),
+                "x-audio-format": "s16le",
+                "x-channels": "1",
+                "x-request-id": request_id,
             }
-        )
-        response = web.Response(
-            body=wav_bytes(pcm),
-            content_type="audio/wav",
-            headers={"x-request-id": request_id, "x-sample-rate": str(SAMPLE_RATE)},
-        )
-        return self._count("synthesize", response)
+            return await stream_response(
+                self, request, handle, label="stream", t_received=t_received, headers=headers,
+                summary={"request_id": request_id, "endpoint": "/tts/stream", "bytes_sent": 0},
+                encoder=AudioEncoder("pcm"), refuse=input_error,
+                fail=lambda message: error_response(message, None, 500),
+            )
+
+        return await self._serve(request, "stream", respond)
+
+    async def synthesize(self, request: web.Request) -> web.StreamResponse:
+        async def respond(handle: Any, request_id: str, t_received: float) -> web.StreamResponse:
+            def encode(pcms: list[np.ndarray]) -> bytes:
+                return wav_bytes(np.concatenate(pcms) if pcms else np.zeros(0, dtype=np.int16))
+
+            headers = {"content-type": "audio/wav", "x-request-id": request_id, "x-sample-rate": str(SAMPLE_RATE)}
+            return await file_response(
+                self, request, handle, label="synthesize", t_received=t_received, headers=headers,
+                summary={"request_id": request_id, "endpoint": "/synthesize"}, encode=encode,
+                refuse=input_error, fail=lambda message: error_response(message, None, 500),
+            )
+
+        return await self._serve(request, "synthesize", respond)
 
     async def speakers(self, request: web.Request) -> web.Response:
         return web.json_response({"speakers": self.engine.speakers, "languages": self.engine.languages})
 
     async def request_summary(self, request: web.Request) -> web.Response:
         request_id = request.match_info["request_id"]
-        summary = self.summaries.get(request_id)
+        summary = await self.summaries.get(request_id)
         if summary is None:
             return error_response(
-                f"no finished request with id {request_id!r} (kept: last {self.summaries_max})", "request_id", 404
+                f"no finished request with id {request_id!r} (kept: last {self.summaries.max_kept})", "request_id",
+                404,
             )
         return web.json_response(summary)
 
@@ -265,8 +239,6 @@ class TTSServer:
         return web.json_response(body, status=200 if healthy else 503)
 
     async def openapi(self, request: web.Request) -> web.Response:
-        from tts_engine.server_openapi import document
-
         engine = self.engine
         return web.json_response(
             document(
@@ -274,26 +246,28 @@ class TTSServer:
                 languages=engine.languages,
                 max_text_chars=engine.config.max_text_chars,
                 supports_instruct=engine.model.config.supports_instruct,
+                api_key=bool(self.config.api_keys),
             )
         )
 
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=self.prometheus.render(), headers={"content-type": CONTENT_TYPE})
 
-    def _count(self, endpoint: str, response: web.StreamResponse) -> Any:
-        self.requests_total.labels(endpoint, str(response.status)).inc()
-        return response
 
-
-async def start_server(engine: Any, host: str = "127.0.0.1", port: int = 0) -> tuple[web.AppRunner, int, TTSServer]:
-    """Start serving on host:port (0 = ephemeral); returns (runner, bound port, server). `await runner.cleanup()`."""
-    server = TTSServer(engine)
+async def start_server(
+    engine: Any,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    config: ServerConfig | None = None,
+    sockets: list[socket.socket] | None = None,
+) -> tuple[web.AppRunner, int, TTSServer]:
+    """Serve on `sockets` (already listening, e.g. bound before the model loaded) or on host:port (0 = a free port);
+    returns (runner, bound port, server). `await runner.cleanup()` stops it."""
+    server = TTSServer(engine, config)
     runner = web.AppRunner(server.app(), handler_cancellation=True, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    bound = port
-    for sock in getattr(site._server, "sockets", None) or []:  # noqa: SLF001 - aiohttp exposes no public getter
-        bound = sock.getsockname()[1]
-        break
+    for sock in sockets or listen_sockets(host, port):
+        await web.SockSite(runner, sock).start()
+    bound = runner.addresses[0][1]
     return runner, bound, server

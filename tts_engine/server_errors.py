@@ -1,11 +1,14 @@
-"""The one JSON error shape of `python -m tts_engine serve`, and the request checks that produce it.
+"""The error shapes of `python -m tts_engine serve`, and the request checks that produce them.
 
-Shape: `{"error": message, "field": name or null}` with the HTTP status; the message names the value and what is
-allowed. Client mistakes are 400 (413 past the body cap of 1 MiB or the per-request text cap, 404/405 for an unknown
-path or method, naming the allowed methods in `Allow`); all slots busy is 503 + `Retry-After`; an engine fault or a
-bug is 500 and never stands for a client mistake. `errors_as_json` is the app's middleware: it turns `ClientError`
-and aiohttp's own HTTP errors into this shape, so no route answers with HTML or a bare status. The OpenAI-compatible
-route (routes/openai_speech.py) answers in OpenAI's shape instead, but parses the body with the same helpers here.
+- The server's shape: `{"error": message, "field": name or null}` with the HTTP status; the message names the value
+  and what is allowed. Client mistakes are 400 (413 past the body cap of 1 MiB or the per-request text cap, 404/405
+  for an unknown path or method, naming the allowed methods in `Allow`); a missing or wrong API key is 401 +
+  `WWW-Authenticate: Bearer`; a client over its share of the streams is 429 + `Retry-After`; all slots busy is 503 +
+  `Retry-After`; an engine fault or a bug is 500 and never stands for a client mistake.
+- OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`, on the OpenAI-compatible routes (`OPENAI_PATHS`:
+  routes/openai_speech.py, routes/discovery.py), for the same cases; those routes parse bodies with the same helpers.
+- `errors_as_json` is the app's middleware: it turns `ClientError` and aiohttp's own HTTP errors into the server's
+  shape, so no route answers with HTML or a bare status.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ log = logging.getLogger("tts_engine.server")
 
 RETRY_AFTER_S = 1
 BODY_TOO_LARGE = "request body is larger than 1 MiB"
+#: routes that answer in OpenAI's error shape (for the openai SDK and OpenAI-compatible clients)
+OPENAI_PATHS = ("/v1/audio/speech", "/v1/models", "/v1/audio/voices")
 
 
 class ClientError(Exception):
@@ -44,9 +49,39 @@ def input_error(exc: TTSInputError) -> web.Response:
     return error_response(str(exc), exc.field, 413 if isinstance(exc, TextTooLongError) else 400)
 
 
+def openai_error(
+    message: str, param: str | None, status: int = 400, code: str | None = None, headers: dict[str, str] | None = None
+) -> web.Response:
+    """OpenAI's error shape; `type` is invalid_request_error for a client's mistake, server_error for ours."""
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return web.json_response(body, status=status, headers=headers)
+
+
 def busy_response(exc: Exception) -> web.Response:
     """All stream slots taken: 503, and `Retry-After` for the client's next try."""
     return error_response(str(exc), None, 503, headers={"Retry-After": str(RETRY_AFTER_S)})
+
+
+def over_share_message(client: str, limit: int) -> str:
+    return (f"client {client} already holds {limit} streams, its share of this server (TTS_CLIENT_MAX_STREAMS); "
+            "retry when one of them has ended")
+
+
+def over_share_response(path: str, client: str, limit: int) -> web.Response:
+    """A client past its share of the streams: 429 + `Retry-After`, in the route's shape."""
+    headers = {"Retry-After": str(RETRY_AFTER_S)}
+    if path in OPENAI_PATHS:
+        return openai_error(over_share_message(client, limit), None, 429, "rate_limit_exceeded", headers)
+    return error_response(over_share_message(client, limit), None, 429, headers)
+
+
+def unauthorized_response(path: str, message: str) -> web.Response:
+    """No or a wrong API key: 401 + `WWW-Authenticate: Bearer`, in the route's shape."""
+    headers = {"WWW-Authenticate": "Bearer"}
+    if path in OPENAI_PATHS:
+        return openai_error(message, None, 401, "invalid_api_key", headers)
+    return error_response(message, "authorization", 401, headers)
 
 
 async def read_body(request: web.Request) -> bytes:
@@ -79,6 +114,15 @@ def check_encodable(field: str, value: Any) -> None:
                 f"{field} holds a lone UTF-16 surrogate {value[exc.start]!r} at index {exc.start}; send valid Unicode",
                 field,
             ) from None
+
+
+def check_speakable(field: str, text: object) -> None:
+    """Text with something in it but no letter or digit (only punctuation, symbols or emoji) gives the model nothing
+    to say: it would run to its frame cap. Refused with a 400 naming the field (blank text is the engine's 400)."""
+    if isinstance(text, str) and text.strip() and not any(ch.isalnum() for ch in text):
+        raise ClientError(
+            f"{field} has nothing to speak: no letter or digit, only punctuation, symbols or emoji "
+            f"({text[:40]!r}); send words or numbers", field)
 
 
 @web.middleware

@@ -3,7 +3,8 @@
 HTTP instruments, written by the routes: `tts_http_requests{endpoint, status}` (status is the HTTP code, or
 `disconnected` / `error` for a stream that ended after its headers), `tts_stream_ttfa_seconds` (request received ->
 first audio byte written, completed streams only), `tts_stream_rtf` (stream wall time / audio duration),
-`tts_stream_client_disconnects`, `tts_http_streams_in_flight` (HTTP and WebSocket streams being written). Engine
+`tts_stream_client_disconnects`, `tts_stream_client_stalls` (streams cut after their client took nothing for the idle
+timeout), `tts_http_streams_in_flight` (HTTP and WebSocket streams being written). Engine
 counters and gauges (`tts_engine_*`: every name of `engine.counters.NAMES`, open/running streams, capacity,
 worker_alive) are read from `engine.stats()` at scrape time, so they are never stale.
 """
@@ -63,6 +64,10 @@ class ServerMetrics:
         )
         self.disconnects = Counter(
             "tts_stream_client_disconnects", "streams ended by the client", registry=self.registry
+        )
+        self.stalls = Counter(
+            "tts_stream_client_stalls", "streams cut: their client took nothing for the idle timeout",
+            registry=self.registry,
         )
         self.in_flight = Gauge("tts_http_streams_in_flight", "HTTP streams being written", registry=self.registry)
         self.registry.register(EngineCollector(engine))

@@ -3,8 +3,9 @@
 Contract: `ROUTES` holds one dict per route (path -> {method -> operation}); a route added to server.py adds its dict
 here, and tests/server/test_fuzz_http.py fails while the app and this document disagree. The document states
 what the server enforces, no more and no less, so a fuzzer (schemathesis) can hold the server to it: schema-valid
-requests are served, schema-invalid ones are answered 4xx with the one error shape `{"error", "field"}`.
-`document(...)` fills in what depends on the loaded checkpoint and config (speakers, languages, text limit).
+requests are served, schema-invalid ones are answered 4xx with the route's error shape (`{"error", "field"}`, or
+OpenAI's on the OpenAI routes). `document(...)` fills in what depends on the loaded checkpoint and config (speakers,
+languages, text limit, and with an API key the bearer scheme and a 401 on every route but /healthz).
 """
 
 from __future__ import annotations
@@ -12,12 +13,27 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from tts_engine.server_errors import OPENAI_PATHS
+
 ERROR = "#/components/schemas/Error"
+OPENAI_ERROR = "#/components/schemas/OpenAIError"
+#: text with at least one letter or digit (Python's str.isalnum, as server_errors.check_speakable): blank text, or
+#: only punctuation, symbols or emoji, is a 400
+SPEAKABLE = r"[^\W_]"
+RETRY_AFTER = {"Retry-After": {"schema": {"type": "string"}}}
 
 
 def _error(description: str, **headers: Any) -> dict[str, Any]:
     content = {"application/json": {"schema": {"$ref": ERROR}}}
     response: dict[str, Any] = {"description": description, "content": content}
+    if headers:
+        response["headers"] = headers
+    return response
+
+
+def _openai_error(description: str, **headers: Any) -> dict[str, Any]:
+    response: dict[str, Any] = {"description": description,
+                                "content": {"application/json": {"schema": {"$ref": OPENAI_ERROR}}}}
     if headers:
         response["headers"] = headers
     return response
@@ -37,7 +53,7 @@ SPEECH_REQUEST: dict[str, Any] = {
     "required": ["text", "speaker"],
     "properties": {
         # maxLength and the enums are filled in by document(); \S: at least one non-space character
-        "text": {"type": "string", "minLength": 1, "pattern": r"\S"},
+        "text": {"type": "string", "minLength": 1, "pattern": SPEAKABLE},
         "speaker": {"type": "string", "description": "case-insensitive"},
         "language": {"type": "string", "nullable": True, "description": "case-insensitive; null = auto"},
         "packet_frames": _int(1, 64),
@@ -50,7 +66,8 @@ SPEECH_REQUEST: dict[str, Any] = {
 BAD_REQUEST = {
     "400": _error("a field the server refuses; `field` names it, `error` says the value and what is allowed"),
     "413": _error("body over 1 MiB, or text over TTS_DEEP_STREAM_MAX_TEXT_CHARS"),
-    "503": _error("every stream slot is busy", **{"Retry-After": {"schema": {"type": "string"}}}),
+    "429": _error("this client already holds its share of the streams (TTS_CLIENT_MAX_STREAMS)", **RETRY_AFTER),
+    "503": _error("every stream slot is busy", **RETRY_AFTER),
     "500": _error("an engine fault (never a client mistake)"),
 }
 
@@ -112,12 +129,14 @@ ROUTES: dict[str, dict[str, Any]] = {
             "type": "object", "additionalProperties": False, "required": ["model", "input", "voice"],
             "properties": {
                 "model": {"type": "string", "minLength": 1, "pattern": r"\S"},
-                "input": {"type": "string", "minLength": 1, "pattern": r"\S"},  # maxLength filled in
+                "input": {"type": "string", "minLength": 1, "pattern": SPEAKABLE},  # maxLength filled in
                 "voice": {"type": "string", "description": "a speaker, case-insensitive"},  # enum filled in
                 # "" and null mean the default, as the route reads them
                 "response_format": {"type": "string", "nullable": True,
                                     "enum": ["mp3", "opus", "aac", "flac", "wav", "pcm", "", None]},
                 "stream_format": {"type": "string", "nullable": True, "enum": ["audio", "sse", "", None]},
+                "stream": {"type": "boolean", "nullable": True,
+                           "description": "vLLM-Omni's switch: false = the whole file; absent = stream (wav: file)"},
                 "speed": {"type": "number", "minimum": 1.0, "maximum": 1.0, "nullable": True},
                 "instructions": {"type": "string", "nullable": True},  # whitespace only on a 0.6B: filled in
                 "language": {"type": "string", "nullable": True},  # enum filled in
@@ -131,16 +150,35 @@ ROUTES: dict[str, dict[str, Any]] = {
                 "text/event-stream": {"schema": {"type": "object", "required": ["data"],
                                                  "properties": {"data": {"type": "string"}}}},
             }},
-            **{code: {"description": text, "content": {"application/json": {"schema": {
-                "$ref": "#/components/schemas/OpenAIError"}}}}
-               for code, text in (("400", "a refused field (`param`)"), ("413", "body over 1 MiB or input too long"),
-                                  ("503", "every stream slot is busy"), ("500", "an engine fault"))},
+            **{code: _openai_error(text) for code, text in (
+                ("400", "a refused field (`param`)"), ("413", "body over 1 MiB or input too long"),
+                ("500", "an engine fault"))},
+            "429": _openai_error("this client already holds its share of the streams", **RETRY_AFTER),
+            "503": _openai_error("every stream slot is busy", **RETRY_AFTER),
         },
+    }},
+    "/v1/models": {"get": {
+        "summary": "OpenAI's model list: the loaded checkpoint (routes/discovery.py)",
+        "responses": {"200": {"description": "list", "content": {"application/json": {"schema": {
+            "type": "object", "required": ["object", "data"],
+            "properties": {"object": {"type": "string", "enum": ["list"]}, "data": {"type": "array", "items": {
+                "type": "object", "required": ["id", "object", "created", "owned_by"],
+                "properties": {"id": {"type": "string"}, "object": {"type": "string", "enum": ["model"]},
+                               "created": {"type": "integer"}, "owned_by": {"type": "string"}}}}},
+        }}}}},
+    }},
+    "/v1/audio/voices": {"get": {
+        "summary": "vLLM-Omni's voice list: the checkpoint's speakers (routes/discovery.py)",
+        "responses": {"200": {"description": "lists", "content": {"application/json": {"schema": {
+            "type": "object", "required": ["voices", "uploaded_voices"],
+            "properties": {"voices": {"type": "array", "items": {"type": "string"}},
+                           "uploaded_voices": {"type": "array", "maxItems": 0}},
+        }}}}},
     }},
     "/tts/ws": {"get": {
         "summary": "WebSocket: text in as it is produced, PCM out as it is made (routes/ws.py)",
         "responses": {"101": {"description": "switched to the WebSocket protocol of routes/ws.py"},
-                      "400": _error("not a WebSocket upgrade request")},
+                      "400": _error("not a WebSocket upgrade request")},  # 429 and 503 come as `error` events
     }},
     "/openapi.json": {"get": {
         "summary": "this document",
@@ -155,7 +193,7 @@ def _properties(paths: dict[str, Any], path: str) -> dict[str, Any]:
 
 
 def document(*, speakers: list[str], languages: list[str], max_text_chars: int,
-             supports_instruct: bool = True) -> dict[str, Any]:
+             supports_instruct: bool = True, api_key: bool = False) -> dict[str, Any]:
     paths = copy.deepcopy(ROUTES)
     for path in ("/tts/stream", "/synthesize"):
         props = _properties(paths, path)
@@ -169,20 +207,39 @@ def document(*, speakers: list[str], languages: list[str], max_text_chars: int,
         props["language"]["enum"] = [*languages, "", None]
         if not supports_instruct:
             props["instructions"]["pattern"] = r"^\s*$"
-    return {
-        "openapi": "3.0.3",
-        "info": {"title": "tts_engine HTTP server", "version": "1",
-                 "description": "Every client mistake is a 4xx with {\"error\", \"field\"}; see docs/server.md."},
-        "paths": paths,
-        "components": {"schemas": {"OpenAIError": {
+    extra: dict[str, Any] = {}
+    if api_key:  # every route but /healthz needs the key (server_clients.py)
+        extra["security"] = [{"bearer": []}]
+        paths["/healthz"]["get"]["security"] = []
+        for path, operations in paths.items():
+            for operation in operations.values():
+                if path != "/healthz":
+                    shape = _openai_error if path in OPENAI_PATHS else _error
+                    operation["responses"]["401"] = shape("no API key, or a wrong one", **{"WWW-Authenticate": {
+                        "schema": {"type": "string"}}})
+    schemas = {
+        "OpenAIError": {
             "type": "object", "required": ["error"], "properties": {"error": {
                 "type": "object", "required": ["message", "type", "param"],
                 "properties": {"message": {"type": "string", "minLength": 1}, "type": {"type": "string"},
                                "param": {"type": "string", "nullable": True},
                                "code": {"type": "string", "nullable": True}}}},
-        }, "Error": {
+        },
+        "Error": {
             "type": "object", "required": ["error", "field"], "additionalProperties": False,
             "properties": {"error": {"type": "string", "minLength": 1},
                            "field": {"type": "string", "nullable": True}},
-        }}},
+        },
+    }
+    components: dict[str, Any] = {"schemas": schemas}
+    if api_key:
+        components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+    return {
+        "openapi": "3.0.3",
+        **extra,
+        "info": {"title": "tts_engine HTTP server", "version": "1",
+                 "description": "Every client mistake is a 4xx with {\"error\", \"field\"} (OpenAI's shape on the "
+                                "OpenAI routes); see docs/server.md."},
+        "paths": paths,
+        "components": components,
     }

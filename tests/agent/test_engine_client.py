@@ -37,6 +37,24 @@ async def test_local_and_remote_give_the_same_pcm(tiny_engine: Any) -> None:
         await runner.cleanup()
 
 
+async def test_the_remote_backend_sends_the_servers_api_key(tiny_engine: Any, monkeypatch: Any) -> None:
+    from tts_engine.server import start_server
+    from tts_engine.server_config import ServerConfig
+
+    runner, port, _ = await start_server(tiny_engine, config=ServerConfig(api_keys=("k-agent", "k-other")))
+    monkeypatch.setenv("TTS_API_KEY", "k-agent, k-other")  # the shared .env: the agent sends the first key
+    keyed = RemoteBackend(f"http://127.0.0.1:{port}", max_frames_per_segment=2)
+    keyless = RemoteBackend(f"http://127.0.0.1:{port}", max_frames_per_segment=2, api_key="")
+    try:
+        assert (await collect(keyed, "Hello there.")).size == 2 * 1920
+        with pytest.raises(RemoteTTSError, match="401.*API key"):
+            await collect(keyless, "Hello there.")
+    finally:
+        await keyed.aclose()
+        await keyless.aclose()
+        await runner.cleanup()
+
+
 async def test_closing_a_local_stream_early_releases_it(tiny_engine: Any) -> None:
     local = LocalBackend(tiny_engine)
     stream = local.stream("A longer sentence to speak for a while.", speaker="serena", language="auto")

@@ -28,11 +28,31 @@ async def test_disconnect_mid_stream_cancels_the_stream(serve) -> None:
     await _wait_idle(srv.engine)
     stats = srv.engine.stats()
     assert stats["streams_cancelled"] == 1 and stats["frames_generated"] < 100
-    await asyncio.sleep(0.05)
     summary = await (await srv.session.get(f"{srv.base}/v1/requests/{request_id}")).json()
     assert summary["status"] == "client_disconnected"
+    assert summary["stream_final"] and summary["stream"]["frames"] == stats["frames_generated"]  # exact, not a snapshot
     async with srv.session.post(f"{srv.base}/tts/stream", json={**body, "max_frames": 3}) as again:
         assert again.status == 200 and len(await again.read()) == 3 * 1920 * 2
+
+
+async def test_a_cancelled_long_text_counts_every_frame_it_made(serve) -> None:
+    # a long text runs as consecutive segments; the summary used to count only the segments that had finished, so a
+    # client that left mid-segment saw fewer frames than the audio it had received
+    from tests.server.test_long_text_http import TEXT_2000
+
+    srv = await serve()
+    body = {"text": TEXT_2000, "speaker": "serena", "max_frames": 6, "packet_frames": 1}
+    resp = await srv.session.post(f"{srv.base}/tts/stream", json=body)
+    assert resp.status == 200
+    request_id = resp.headers["x-request-id"]
+    received = len(await resp.content.readexactly(8 * 1920 * 2))  # into the second segment
+    resp.close()
+    await _wait_idle(srv.engine)
+    summary = await (await srv.session.get(f"{srv.base}/v1/requests/{request_id}")).json()
+    generated = srv.engine.stats()["frames_generated"]
+    assert summary["status"] == "client_disconnected" and summary["stream_final"]
+    assert summary["stream"]["frames"] == generated >= received // (1920 * 2), (summary["stream"], generated)
+    assert summary["stream"]["status"] == "cancelled"
 
 
 async def test_fifty_concurrent_streams_with_random_disconnects(serve) -> None:

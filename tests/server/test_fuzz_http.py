@@ -1,6 +1,7 @@
-"""The TTS server publishes an accurate OpenAPI document, and a bounded schemathesis fuzz of both HTTP surfaces
-(scripts/fuzz_http.py: real server processes on loopback ports, the tiny checkpoint on CPU) finds no 500, no hang,
-no undocumented status or error shape, and leaves the servers serving with their stream counters at 0.
+"""The TTS server publishes an accurate OpenAPI document (with its API key, when one is set), and a bounded
+schemathesis fuzz of both HTTP surfaces (scripts/fuzz_http.py: real server processes on loopback ports, the tiny
+checkpoint on CPU, the TTS server with an API key) finds no 500, no hang, no undocumented status or error shape, no
+route open without the key, and leaves the servers serving with their stream counters at 0.
 The recorded long run (>= 10,000 requests per surface) and its command are in docs/operations.md."""
 
 from __future__ import annotations
@@ -30,14 +31,19 @@ def test_the_document_lists_exactly_the_routes_of_the_app(make_engine) -> None:
     speech = doc["paths"]["/tts/stream"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert speech["properties"]["speaker"]["enum"] == engine.speakers
     assert speech["properties"]["text"]["maxLength"] == engine.config.max_text_chars
+    assert "security" not in doc and "securitySchemes" not in doc["components"]  # no key: none documented
+    keyed = _document(engine, api_key=True)
+    assert keyed["security"] == [{"bearer": []}] and keyed["paths"]["/healthz"]["get"]["security"] == []
+    assert all("401" in op["responses"] for path, ops in keyed["paths"].items() for op in ops.values()
+               if path != "/healthz")
 
 
-def _document(engine) -> dict:  # noqa: ANN001
+def _document(engine, api_key: bool = False) -> dict:  # noqa: ANN001
     from tts_engine.server_openapi import document
 
     return document(speakers=engine.speakers, languages=engine.languages,
                     max_text_chars=engine.config.max_text_chars,
-                    supports_instruct=engine.model.config.supports_instruct)
+                    supports_instruct=engine.model.config.supports_instruct, api_key=api_key)
 
 
 async def test_the_document_is_served_and_loads_in_schemathesis(serve) -> None:
@@ -49,7 +55,8 @@ async def test_the_document_is_served_and_loads_in_schemathesis(serve) -> None:
         doc = await resp.json()
     assert doc == json.loads(json.dumps(_document(srv.engine)))
     operations = [result.ok() for result in schemathesis.openapi.from_dict(doc).get_all_operations()]
-    assert {op.path for op in operations} >= {"/tts/stream", "/synthesize", "/v1/requests/{request_id}"}
+    assert {op.path for op in operations} >= {"/tts/stream", "/synthesize", "/v1/requests/{request_id}",
+                                              "/v1/models", "/v1/audio/voices"}
 
 
 @pytest.mark.timeout(240)
@@ -70,6 +77,7 @@ def test_bounded_fuzz_of_both_surfaces(tmp_path: Path) -> None:
         assert surface["after"]["serves"], brief
         assert {k: v for k, v in surface["after"].items() if k != "serves"} == dict.fromkeys(
             [k for k in surface["after"] if k != "serves"], 0), brief
-        assert {m for m in surface["by_mode"]} == {"positive", "negative", "raw"}, brief
+        modes = {"positive", "negative", "raw"} | ({"auth"} if surface["surface"] == "tts" else set())
+        assert set(surface["by_mode"]) == modes, brief
     assert [s["surface"] for s in summary["surfaces"]] == ["tts", "token"]
     assert summary["ok"] and proc.returncode == 0, proc.stdout[-2000:]

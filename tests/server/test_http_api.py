@@ -80,6 +80,8 @@ BAD_INPUTS = [
     (b'{"text": "hi"}', "speaker"),
     (b'{"text": "", "speaker": "serena"}', "text"),
     (b'{"text": "   ", "speaker": "serena"}', "text"),
+    (b'{"text": "\\ud83d\\ude42\\ud83d\\ude42 !?", "speaker": "serena"}', "text"),  # emoji and punctuation only
+    (b'{"text": "...", "speaker": "serena"}', "text"),
     (b'{"text": 5, "speaker": "serena"}', "text"),
     (b'{"text": "hi", "speaker": "nobody"}', "speaker"),
     (b'{"text": "hi", "speaker": 3}', "speaker"),

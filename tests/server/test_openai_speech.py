@@ -11,6 +11,8 @@ import base64
 import functools
 import io
 import json
+import struct
+import wave
 
 import av
 import numpy as np
@@ -126,6 +128,8 @@ async def test_bad_fields_are_4xx_naming_field_and_allowed_values(serve) -> None
         (dict(stream_format="chunks"), 400, "stream_format", "audio, sse"),
         (dict(instructions="whisper"), 400, "instructions", "1.7B"),
         (dict(input=""), 400, "input", "empty"),
+        (dict(input="🙂🙂 ... !?"), 400, "input", "nothing to speak"),
+        (dict(extra_body={"stream": "yes"}), 400, "stream", "true, false"),
         (dict(input="a" * 101), 413, "input", "TTS_DEEP_STREAM_MAX_TEXT_CHARS"),
         (dict(model=""), 400, "model", "non-empty"),
         (dict(extra_body={"language": "klingon"}), 400, "language", "english"),
@@ -165,3 +169,44 @@ async def test_livekit_openai_plugin_speaks_through_it(serve) -> None:
         else:
             assert abs(len(got) - len(expected)) < 4000
     await srv.client.close()
+
+
+async def test_a_wav_download_has_its_real_sizes_and_a_wav_stream_the_open_ended_ones(serve) -> None:
+    srv = await served(serve)
+    samples = FRAMES * 1920
+    url = f"{srv.base}/v1/audio/speech"
+    body = {"model": "tts-1", "voice": "serena", "input": TEXT, "response_format": "wav"}
+    # the whole file: what the openai SDK's create() gets for wav, and any format with "stream": false
+    wav = await srv.client.audio.speech.create(**body)
+    assert wav.response.headers["content-length"] == str(len(wav.content))
+    riff_size, = struct.unpack("<I", wav.content[4:8])
+    assert riff_size == len(wav.content) - 8
+    with wave.open(io.BytesIO(wav.content)) as reader:  # Python's wave read 89,478 s here before
+        assert (reader.getnframes(), reader.getframerate(), reader.getnchannels()) == (samples, 24000, 1)
+    summary = await (await srv.session.get(f"{srv.base}/v1/requests/{wav.response.headers['x-request-id']}")).json()
+    assert summary["delivery"] == "file" and summary["bytes_sent"] == len(wav.content)
+    for change in ({"stream": False, "response_format": "mp3"}, {"stream": False, "response_format": "flac"}):
+        async with srv.session.post(url, json=body | change) as resp:
+            data = await resp.read()
+            assert resp.status == 200 and resp.headers["content-length"] == str(len(data))
+            assert len(decode(data)[0]) >= samples - 1152  # lossy codecs may trim their priming
+    # streamed (asked for with stream_format): the header goes out before the length is known
+    async with srv.session.post(url, json=body | {"stream_format": "audio"}) as resp:
+        assert resp.headers.get("transfer-encoding") == "chunked" and "content-length" not in resp.headers
+        streamed = await resp.read()
+    assert struct.unpack("<I", streamed[4:8])[0] == 0xFFFFFFFF  # the documented open-ended placeholder
+    assert decode(streamed)[0].astype(np.int16).tobytes() == decode(wav.content)[0].astype(np.int16).tobytes()
+    async with srv.session.post(url, json=body | {"stream": True}) as resp:  # vLLM-Omni: stream alone means SSE
+        assert resp.headers["content-type"] == "text/event-stream"
+        await resp.read()
+    await srv.client.close()
+
+
+async def test_the_native_wav_route_has_its_real_sizes(serve) -> None:
+    srv = await serve()
+    async with srv.session.post(f"{srv.base}/synthesize",
+                                json={"text": TEXT, "speaker": "serena", "max_frames": 3}) as resp:
+        data = await resp.read()
+        assert resp.headers["content-length"] == str(len(data))
+    with wave.open(io.BytesIO(data)) as reader:
+        assert reader.getnframes() == 3 * 1920

@@ -114,3 +114,38 @@ def test_every_tts_variable_in_env_example_is_known() -> None:
             names[line.split("=", 1)[0].removeprefix("export ").strip()] = "x"
     assert any(name.startswith("TTS_") for name in names)
     assert unknown_tts_variables(names) == [], "serve would warn about variables the project itself documents"
+
+
+def test_a_taken_port_fails_before_anything_heavy_loads(tmp_path: Path) -> None:
+    from tests.server.test_cli_help import ONLY_STDLIB, OURS
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        args = ["serve", "--model", str(tmp_path / "no-such-model"), "--port", str(port), "--device", "cpu",
+                "--env-file", os.devnull]
+        # torch and aiohttp unimportable: the port is checked before either is needed, and before the checkpoint
+        code = ONLY_STDLIB.format(ours=OURS, module="tts_engine", args=args)
+        proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(tmp_path), capture_output=True,
+                              text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"cannot listen on 127.0.0.1:{port}" in proc.stderr and "nothing was loaded" in proc.stderr
+    assert "Traceback" not in proc.stderr and "no-such-model" not in proc.stderr
+
+
+def test_listening_beyond_this_machine_without_a_key_is_warned_about(caplog: pytest.LogCaptureFixture) -> None:
+    from tts_engine.server_cli import warn_if_exposed
+    from tts_engine.server_config import ServerConfig, listen_sockets
+
+    loopback = listen_sockets("127.0.0.1", 0)
+    anywhere = [socket.socket()]  # not bound: it reports 0.0.0.0, what --host 0.0.0.0 binds (not done in a test)
+    try:
+        with caplog.at_level("WARNING", logger="tts_engine.server"):
+            assert not warn_if_exposed(loopback, ServerConfig())
+            assert not warn_if_exposed(anywhere, ServerConfig(api_keys=("k",)))
+            assert warn_if_exposed(anywhere, ServerConfig())
+        assert [r.getMessage() for r in caplog.records if "without TTS_API_KEY" in r.getMessage()]
+    finally:
+        for sock in loopback + anywhere:
+            sock.close()

@@ -144,3 +144,47 @@ async def test_token_layout_streams_text_into_one_engine_stream(serve) -> None:
         audio, done, _ = await receive_utterance(ws)
     assert first.data + audio == expected and done["status"] == "completed" and done["frames"] == 6
     assert srv.engine.stats()["streams_started"] == started + 1
+
+
+async def test_a_cancel_reports_every_frame_the_engine_made(serve) -> None:
+    # the done after a cancel used to say frames 0 (the running segment was never counted)
+    srv = await serve()
+    for layout in ("segments", "tokens"):
+        before = srv.engine.stats()["frames_generated"]
+        async with srv.session.ws_connect(f"{srv.base}/tts/ws") as ws:
+            await ws.send_json({"type": "start", "speaker": "serena", "max_frames": 400, "layout": layout})
+            request_id = (await ws.receive_json())["request_id"]
+            await ws.send_json({"type": "text", "text": "Hello there, my friend, how are you today? "})
+            received = [await asyncio.wait_for(ws.receive(), 30) for _ in range(3)]
+            assert all(msg.type.name == "BINARY" for msg in received)
+            await ws.send_json({"type": "cancel"})
+            audio, done, _ = await receive_utterance(ws)
+        generated = srv.engine.stats()["frames_generated"] - before
+        assert done["status"] == "cancelled" and done["frames"] == generated > 0, (layout, done, generated)
+        sent = b"".join(msg.data for msg in received) + audio
+        assert done["samples"] * 2 == len(sent) and done["packets"] >= 3, (layout, done)
+        summary = await (await srv.session.get(f"{srv.base}/v1/requests/{request_id}")).json()
+        assert summary["stream"]["frames"] == generated and summary["stream_final"], layout
+    assert srv.engine.active_streams() == 0
+
+
+async def test_text_with_nothing_to_speak_is_refused_and_leading_punctuation_waits(serve) -> None:
+    srv = await serve()
+    async with srv.session.ws_connect(f"{srv.base}/tts/ws") as ws:
+        await ws.send_json({"type": "start", "speaker": "serena", "max_frames": 2})
+        assert (await ws.receive_json())["type"] == "started"
+        await ws.send_json({"type": "text", "text": "\U0001f642\U0001f642 ... "})
+        await ws.send_json({"type": "text", "text": "!?"})
+        await ws.send_json({"type": "end"})
+        audio, done, events = await receive_utterance(ws)
+        error = events[0]
+        assert error["type"] == "error" and error["field"] == "text" and "nothing to speak" in error["error"]
+        assert audio == b"" and done["status"] == "cancelled" and done["frames"] == 0
+        await ws.send_json({"type": "start", "speaker": "serena", "max_frames": 2})
+        assert (await ws.receive_json())["type"] == "started"
+        await ws.send_json({"type": "text", "text": "... "})  # held until a word comes
+        await ws.send_json({"type": "text", "text": "Fine."})
+        await ws.send_json({"type": "end"})
+        audio, done, _ = await receive_utterance(ws)
+        assert done["status"] == "completed" and len(audio) == 2 * 1920 * 2
+    assert srv.engine.stats()["streams_started"] == 1

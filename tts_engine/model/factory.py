@@ -12,12 +12,11 @@ vocab.json merges.txt tokenizer_config.json speech_tokenizer/*` (the last via M2
 - The text tokenizer is a small byte-level BPE trained with `tokenizers` whose byte tokens carry the GPT-2/Qwen2
   ids (so "\\n" is 198) and whose specials and chat-template words carry the real Qwen2 ids *in vocab.json*
   (transformers 5 ignores ids listed only in tokenizer_config.json; docs/model.md, "Random checkpoints").
-CLI: `python -m tts_engine make-checkpoint --preset tiny|0.6b|1.7b --out DIR [--seed N]`.
+CLI: `python -m tts_engine make-checkpoint --preset tiny|0.6b|1.7b --out DIR [--seed N]` (make_checkpoint_cli.py).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -233,18 +232,3 @@ def make_checkpoint(preset: str, out_dir: str | Path, seed: int = 0, progress: b
         print("  writing speech_tokenizer/ ...", file=sys.stderr, flush=True)
     write_codec_checkpoint(out / "speech_tokenizer", preset, seed)
     return out
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", required=True, choices=PRESETS, help="tiny (CPU tests) or a real model shape")
-    parser.add_argument("--out", required=True, help="output directory (created)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (same seed -> same files)")
-
-
-def run(args: argparse.Namespace) -> int:
-    start = time.monotonic()
-    print(f"building {args.preset} checkpoint in {args.out} (seed {args.seed})", file=sys.stderr)
-    out = make_checkpoint(args.preset, args.out, seed=args.seed, progress=args.preset != "tiny")
-    size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
-    print(f"wrote {out} ({size / 1e6:.1f} MB) in {time.monotonic() - start:.1f} s")
-    return 0

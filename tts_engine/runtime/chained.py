@@ -143,6 +143,7 @@ class ChainedStream:
         self.metrics = metrics
         self.request_id = metrics.request_id
         self._current: StreamHandle | None = None
+        self._dropped: StreamHandle | None = None  # the segment cancel() stopped, added to metrics by wait_closed()
         self._segments_started = 0
         self._index = 0
         self._codes: list[np.ndarray] = []
@@ -230,8 +231,9 @@ class ChainedStream:
         m.decode_wall_ms += sub.decode_wall_ms
         m.nonfinite_samples += sub.nonfinite_samples
         m.slot = sub.slot
-        m.end_reason = sub.end_reason
-        m.status = "running"
+        if not self._ended:  # a segment dropped by cancel() is added after the chain's own end
+            m.end_reason = sub.end_reason
+            m.status = "running"
 
     def _finish(self, status: str, error: str = "") -> None:
         if self._ended:
@@ -251,12 +253,20 @@ class ChainedStream:
         """Stop the segment that runs and drop the rest. Safe to call twice."""
         if self._current is not None:
             self._current.cancel()
-            self._current = None
+            self._dropped, self._current = self._current, None
         self._source.drop()
         self._finish("cancelled")
 
     async def aclose(self) -> None:
         self.cancel()
+
+    async def wait_closed(self) -> None:
+        """Return once the engine has let every segment go; a segment stopped by `cancel()` is then added to
+        `metrics` (its frames included), so they are final."""
+        dropped, self._dropped = self._dropped, None
+        if dropped is not None:
+            await dropped.wait_closed()
+            self._absorb(dropped)
 
     async def __aenter__(self) -> ChainedStream:
         return self

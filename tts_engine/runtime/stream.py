@@ -84,6 +84,7 @@ class StreamChannel:
         self.loop = loop
         self.items: deque[Packet | _End] = deque()  # touched only on the loop thread
         self.waiter: asyncio.Future[None] | None = None
+        self.closed: asyncio.Future[None] = loop.create_future()  # set on the loop once the worker let the stream go
         self._max_buffered_frames = max_buffered_frames
         self._buffered_frames = 0
         self._lock = threading.Lock()
@@ -112,6 +113,8 @@ class StreamChannel:
 
     # ---- loop side ----------------------------------------------------------------------------
     def _on_item(self, item: Packet | _End) -> None:
+        if isinstance(item, _End) and not self.closed.done():
+            self.closed.set_result(None)
         self.items.append(item)
         if self.waiter is not None and not self.waiter.done():
             self.waiter.set_result(None)
@@ -177,6 +180,11 @@ class StreamHandle:
 
     async def aclose(self) -> None:
         self.cancel()
+
+    async def wait_closed(self) -> None:
+        """Return once the worker has let the stream go (ended, or dropped within one frame step of `cancel()`):
+        `metrics` are final from then on."""
+        await asyncio.shield(self._channel.closed)
 
     async def __aenter__(self) -> StreamHandle:
         return self

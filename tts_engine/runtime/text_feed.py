@@ -265,6 +265,11 @@ class TokenTextStream:
     async def aclose(self) -> None:
         self.cancel()
 
+    async def wait_closed(self) -> None:
+        """Return once the engine has let the stream go (at once when it was never submitted): `metrics` are final."""
+        if self._submitted:
+            await self._handle.wait_closed()
+
     async def __aenter__(self) -> TokenTextStream:
         return self
 
