@@ -23,7 +23,7 @@ from tts_engine.runtime.packetizer import Packetizer
 from tts_engine.runtime.stream import StreamChannel
 
 if TYPE_CHECKING:
-    from tts_engine.runtime.text_rows import TextTrack
+    from tts_engine.runtime.text_track import TextTrack
 
 
 @dataclass
