@@ -5,6 +5,8 @@
   (agent/worker.py) through `livekit.agents.cli`, so LiveKit's conventions and flags apply
   (`dev` = development mode with reload off; `start` = production).
 - `simulate --turns N [--barge-in] --out DIR`: a complete call without a LiveKit server (agent/tools/simulate.py).
+- `recover [--pid PID] [--reason TEXT]`: after a worker died: close its open turns (`worker_lost`) and take its
+  agents out of their rooms (agent/recovery.py; scripts/run_worker.sh runs it).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from tts_engine.env import load_dotenv
 from tts_engine.errors import ConfigError
 
 WORKER_COMMANDS = ("dev", "start", "connect", "download-files", "console")
-USAGE = "usage: python -m agent {preflight|dev|start|simulate} [options]  (python -m agent COMMAND --help)"
+USAGE = "usage: python -m agent {preflight|dev|start|simulate|recover} [options]  (python -m agent COMMAND --help)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,6 +46,14 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv[1:])
         try:
             return simulate.run(args)
+        except ConfigError as exc:
+            print(f"configuration error: {exc}", file=sys.stderr)
+            return 2
+    if command == "recover":
+        from agent import recovery
+
+        try:
+            return recovery.main(argv[1:])
         except ConfigError as exc:
             print(f"configuration error: {exc}", file=sys.stderr)
             return 2

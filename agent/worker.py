@@ -13,12 +13,18 @@
   `python -m tts_engine serve` (for deployments that put TTS on its own GPU).
 - Each job: connect (audio only), build `agent.voice.Call` with our audio output publishing its own
   track, start the AgentSession on the room, follow the newest caller in it (`agent.callers`; the job ends
-  when LiveKit closes the room), write traces to `TRACES_DIR`.
+  when LiveKit closes the room), write traces to `TRACES_DIR`, and keep the call's open turns in its journal
+  (`agent.journal`), so a worker that dies leaves its turns closed as `worker_lost` by whoever recovers it.
+- A job that the token server's agent guard dispatched to replace a lost agent (its metadata says why:
+  `token_server/agent_guard.py`) first tells the caller so, in one short sentence.
+- At start-up the worker recovers the calls of workers that died on this machine with no supervisor watching
+  (`agent.recovery`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import sys
 import threading
@@ -32,11 +38,18 @@ from agent import livekit_internals
 from agent.callers import follow_callers
 from agent.config import AgentConfig
 from agent.engine_client import LocalBackend, RemoteBackend, TTSBackend
+from agent.journal import CallJournal
 from agent.local.defaults import RANDOM_WEIGHTS_WARNING, ensure_random_checkpoint
 from agent.vad import load_vad
 from agent.voice import Call, tune_runtime
 
 logger = logging.getLogger("agent.worker")
+
+#: what a replacement agent says first (the dispatch metadata's reason: token_server/agent_guard.py)
+RECOVERY_LINES = {
+    "agent_lost": "Sorry, I was cut off and lost our conversation. Could you say that again?",
+    "no_agent": "Sorry to keep you waiting. I'm here now; go ahead.",
+}
 
 _lock = threading.Lock()
 _backend: TTSBackend | None = None
@@ -102,6 +115,16 @@ async def entrypoint(ctx: JobContext) -> None:
         vad = load_vad(cfg.vad_silence_ms, cfg.vad_quiet_db)
     await ctx.connect(auto_subscribe=AutoSubscribe.AUDIO_ONLY)
     call = Call(cfg, vad=vad, backend=backend, session_id=f"{ctx.room.name}-{ctx.job.id[-6:]}")
+    journal = None
+    if cfg.traces_dir:
+        journal = CallJournal(
+            cfg.traces_dir,
+            room=ctx.room.name,
+            agent_identity=ctx.room.local_participant.identity,
+            job_id=ctx.job.id,
+            session_id=call.session_id,
+        )
+        journal.watch(call.collector)
     with _lock:
         _active_calls += 1
 
@@ -109,13 +132,31 @@ async def entrypoint(ctx: JobContext) -> None:
         global _active_calls
         with _lock:
             _active_calls -= 1
-        await call.aclose()  # controller, session (idempotent), audio output, STT client; then trims the C heap
+        try:
+            await call.aclose()  # controller, session (idempotent), audio output, STT client; then trims the C heap
+        finally:
+            if journal is not None:
+                journal.close()  # the collector wrote every record: nothing is left open
 
     ctx.add_shutdown_callback(on_shutdown)
     await call.start(room=ctx.room)
     follow_callers(ctx.room, call.session)  # the job ends when LiveKit closes the room (agent/callers.py)
     await ctx.room.local_participant.set_attributes(voice_attributes(cfg))
-    logger.info("call %s started in room %s", call.session_id, ctx.room.name)
+    reason = recovery_reason(ctx.job.metadata)
+    if reason is not None:
+        call.session.say(RECOVERY_LINES.get(reason, RECOVERY_LINES["agent_lost"]))
+    logger.info("call %s started in room %s%s", call.session_id, ctx.room.name, f" ({reason})" if reason else "")
+
+
+def recovery_reason(metadata: str) -> str | None:
+    """Why the agent guard dispatched this job (`{"voice_agent": {"recovery": REASON}}`), or None."""
+    try:
+        data = json.loads(metadata) if metadata else None
+    except ValueError:
+        return None
+    section = data.get("voice_agent") if isinstance(data, dict) else None
+    reason = section.get("recovery") if isinstance(section, dict) else None
+    return reason if isinstance(reason, str) and reason else None
 
 
 def voice_attributes(cfg: AgentConfig) -> dict[str, str]:
@@ -184,6 +225,10 @@ def run_cli(argv: list[str]) -> int:
             for line in diagnosis.problems:
                 print(f"TTS_DEEP_STREAM_MODEL_DIR: {line}", file=sys.stderr)
             return 2
+    if argv and argv[0] in ("start", "dev"):
+        from agent.recovery import recover_dead_calls
+
+        recover_dead_calls(cfg, reason="found at the next worker's start-up")
     sys.argv = ["agent", *argv]
     cli.run_app(build_options(cfg))
     return 0
