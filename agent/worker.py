@@ -23,11 +23,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import logging
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 from livekit.agents import AutoSubscribe, JobContext, JobExecutorType, JobProcess, WorkerOptions, cli
@@ -35,7 +37,7 @@ from livekit.agents import AutoSubscribe, JobContext, JobExecutorType, JobProces
 # LiveKit plugins must be registered on the main thread: the modules that import them (agent.vad: Silero;
 # agent.voice: the rest) are imported here, at module import, never first inside prewarm/entrypoint (job threads).
 from agent import livekit_internals
-from agent.callers import follow_callers
+from agent.callers import follow_callers, install_room_closing_filter
 from agent.config import AgentConfig
 from agent.engine_client import LocalBackend, RemoteBackend, TTSBackend
 from agent.journal import CallJournal
@@ -44,6 +46,7 @@ from agent.vad import load_vad
 from agent.voice import Call, tune_runtime
 
 logger = logging.getLogger("agent.worker")
+install_room_closing_filter()  # a room LiveKit closes is no ERROR in this log (agent/callers.py)
 
 #: what a replacement agent says first (the dispatch metadata's reason: token_server/agent_guard.py)
 RECOVERY_LINES = {
@@ -137,6 +140,10 @@ async def entrypoint(ctx: JobContext) -> None:
         finally:
             if journal is not None:
                 journal.close()  # the collector wrote every record: nothing is left open
+        left = await tasks_left_running()
+        if left:  # the fault drills read this line: a call must leave nothing of ours behind
+            logger.warning("call %s closed with %d task(s) of ours still running: %s", call.session_id, len(left),
+                           ", ".join(left))  # fmt: skip
 
     ctx.add_shutdown_callback(on_shutdown)
     await call.start(room=ctx.room)
@@ -146,6 +153,20 @@ async def entrypoint(ctx: JobContext) -> None:
     if reason is not None:
         call.session.say(RECOVERY_LINES.get(reason, RECOVERY_LINES["agent_lost"]))
     logger.info("call %s started in room %s%s", call.session_id, ctx.room.name, f" ({reason})" if reason else "")
+
+
+async def tasks_left_running(settle_s: float = 0.2) -> list[str]:
+    """Names of this job's tasks that run our code (agent/) and are still pending a moment after the call closed."""
+    await asyncio.sleep(settle_s)
+    ours = str(Path(__file__).resolve().parent)
+    left = []
+    for task in asyncio.all_tasks():
+        code = getattr(task.get_coro(), "cr_code", None)
+        if task is asyncio.current_task() or task.done() or code is None:
+            continue
+        if code.co_filename.startswith(ours):
+            left.append(task.get_name())
+    return left
 
 
 def recovery_reason(metadata: str) -> str | None:

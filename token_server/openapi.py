@@ -88,7 +88,7 @@ ROUTES: dict[str, dict[str, Any]] = {
         "post": {
             "summary": "LiveKit's webhooks for the agent guard (a room whose agent left or never came gets one again)",
             "parameters": [{"name": "Authorization", "in": "header", "required": False, "schema": {"type": "string"},
-                            "description": "the JWT LiveKit signs with the API key pair; its sha256 claim hashes the body"}],
+                            "description": "a JWT signed with the API key pair; its sha256 claim hashes the body"}],
             "requestBody": {"required": False, "content": {"application/webhook+json": {"schema": {"type": "object"}}}},
             "responses": {
                 "200": {"description": "taken", "content": {"application/json": {"schema": {
