@@ -18,10 +18,12 @@ Contract
   with reason `no_agent`. The worker reads the reason and says one short sentence (agent/worker.py).
 - A dispatch that no worker took (no job on it after `AGENT_TAKE_S`; LiveKit does not queue a job while no
   worker is registered: "not dispatching agent job since no worker is available") is tried again every
-  `AGENT_RETRY_S`, backing off to `AGENT_RETRY_MAX_S`, while the room still needs an agent, at most
-  `AGENT_GUARD_MAX_ATTEMPTS` times. A dispatch taken but whose agent has not joined after `AGENT_ARRIVAL_S` is
-  tried again too. Untaken dispatches are left in place: deleting one makes LiveKit terminate a job that may
-  still be on its way, and they end with the room.
+  `AGENT_RETRY_S` for the first `AGENT_RETRY_FAST_S` (a restarting worker registers within them), then backing
+  off by 1.5x to `AGENT_RETRY_MAX_S`, while the room still needs an agent, at most `AGENT_GUARD_MAX_ATTEMPTS`
+  times. Before each new dispatch the earlier ones are checked: one a busy worker took late is awaited instead.
+  A dispatch taken but whose agent has not joined after `AGENT_ARRIVAL_S` is tried again too. Untaken dispatches
+  are left in place (deleting one makes LiveKit terminate a job that may still be on its way); they end with the
+  room.
 - One recovery per room at a time; it ends when the room has an agent, has no caller, or is gone.
 - `AGENT_GUARD=0` turns all of this off (the webhook route then answers 404).
 What LiveKit does not say: an agent whose worker died stays in the room until LiveKit's media timeout drops it
@@ -63,11 +65,12 @@ class GuardConfig:
     enabled: bool = True
     poll_s: float = 5.0
     join_grace_s: float = 3.0
-    take_s: float = 2.0
-    retry_s: float = 1.0
+    take_s: float = 1.0
+    retry_s: float = 0.5
+    retry_fast_s: float = 30.0
     retry_max_s: float = 5.0
     arrival_s: float = 15.0
-    max_attempts: int = 200
+    max_attempts: int = 300
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> GuardConfig:
@@ -76,11 +79,12 @@ class GuardConfig:
             enabled=env.bool("AGENT_GUARD", True),
             poll_s=env.float("AGENT_GUARD_POLL_S", 5.0, lo=0.2, hi=600.0),
             join_grace_s=env.float("AGENT_JOIN_GRACE_S", 3.0, lo=0.0, hi=600.0),
-            take_s=env.float("AGENT_TAKE_S", 2.0, lo=0.2, hi=60.0),
-            retry_s=env.float("AGENT_RETRY_S", 1.0, lo=0.1, hi=600.0),
+            take_s=env.float("AGENT_TAKE_S", 1.0, lo=0.2, hi=60.0),
+            retry_s=env.float("AGENT_RETRY_S", 0.5, lo=0.1, hi=600.0),
+            retry_fast_s=env.float("AGENT_RETRY_FAST_S", 30.0, lo=0.0, hi=3600.0),
             retry_max_s=env.float("AGENT_RETRY_MAX_S", 5.0, lo=0.1, hi=3600.0),
             arrival_s=env.float("AGENT_ARRIVAL_S", 15.0, lo=1.0, hi=600.0),
-            max_attempts=env.int("AGENT_GUARD_MAX_ATTEMPTS", 200, lo=1, hi=100_000),
+            max_attempts=env.int("AGENT_GUARD_MAX_ATTEMPTS", 300, lo=1, hi=100_000),
         )
 
 
@@ -275,7 +279,8 @@ class AgentGuard:
                 log.warning("room %s: no worker took the agent dispatch (none registered?); retrying every %.1f-%.1fs",
                             room, cfg.retry_s, cfg.retry_max_s)  # fmt: skip
             await asyncio.sleep(delay)
-            delay = min(cfg.retry_max_s, delay * 1.5)
+            if time.monotonic() - recovery.started > cfg.retry_fast_s:
+                delay = min(cfg.retry_max_s, delay * 1.5)
 
     async def _occupancy(self, room: str) -> Occupancy | None:
         while True:

@@ -21,7 +21,8 @@ from livekit.protocol.models import ParticipantInfo
 from token_server import agent_guard
 from token_server.agent_guard import AgentGuard, GuardConfig, Occupancy
 
-FAST = GuardConfig(poll_s=0.2, join_grace_s=0.3, take_s=0.2, retry_s=0.1, retry_max_s=0.2, arrival_s=1.0)
+FAST = GuardConfig(poll_s=0.2, join_grace_s=0.3, take_s=0.2, retry_s=0.1, retry_fast_s=0.3, retry_max_s=0.2,
+                   arrival_s=1.0)
 
 
 def participant(identity: str, kind: int = ParticipantInfo.Kind.STANDARD) -> ParticipantInfo:
