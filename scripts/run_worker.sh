@@ -10,7 +10,7 @@
 #      `worker_lost` and its agents are taken out of their rooms, so the callers see the agent leave now (LiveKit
 #      alone notices ~20 s later) and the token server's agent guard dispatches them a new agent;
 #   3. restarts the worker: at once the first time, then after a back-off of RESTART_BACKOFF_S (1) doubling to
-#      RESTART_BACKOFF_MAX_S (30); a worker that stayed up RESTART_RESET_S (60) starts the sequence again.
+#      RESTART_BACKOFF_MAX_S (30); a worker that stayed up RESTART_RESET_S (20) starts the sequence again.
 #   Step 2 runs beside step 3 (the worker takes seconds to load; the callers should not wait for it).
 # Not restarted (this loop exits with the worker's status, so start_all reports a failed start): a worker that
 # exits 0 (a clean stop), exits 2 (configuration: a restart fails the same way), or dies before it ever
@@ -31,7 +31,7 @@ if (($# == 0)); then set -- "$PYTHON" -m agent start; fi
 READY_LINE=${AGENT_READY_LINE-registered worker}
 BACKOFF0=${RESTART_BACKOFF_S:-1}
 BACKOFF_MAX=${RESTART_BACKOFF_MAX_S:-30}
-RESET_S=${RESTART_RESET_S:-60}
+RESET_S=${RESTART_RESET_S:-20}
 RECOVER_CMD=${RECOVER_CMD-$PYTHON -m agent recover}
 for n in BACKOFF0 BACKOFF_MAX RESET_S; do
   [[ ${!n} =~ ^[1-9][0-9]*$ ]] || { echo "[run_worker] $n=${!n} is not a whole number of seconds >= 1" >&2; exit 2; }
