@@ -5,6 +5,8 @@
   (agent/worker.py) through `livekit.agents.cli`, so LiveKit's conventions and flags apply
   (`dev` = development mode with reload off; `start` = production).
 - `simulate --turns N [--barge-in] --out DIR`: a complete call without a LiveKit server (agent/tools/simulate.py).
+- `standby --fifo PATH [COMMAND]`: a worker that imports everything, then waits for its supervisor's `go` to run
+  COMMAND (`start`) in place of a dead worker (agent/standby.py; scripts/run_worker.sh starts it).
 - `recover [--pid PID] [--reason TEXT]`: after a worker died: close its open turns (`worker_lost`) and take its
   agents out of their rooms (agent/recovery.py; scripts/run_worker.sh runs it).
 """
@@ -19,7 +21,7 @@ from tts_engine.env import load_dotenv
 from tts_engine.errors import ConfigError
 
 WORKER_COMMANDS = ("dev", "start", "connect", "download-files", "console")
-USAGE = "usage: python -m agent {preflight|dev|start|simulate|recover} [options]  (python -m agent COMMAND --help)"
+USAGE = "usage: python -m agent {preflight|dev|start|simulate|recover|standby} [options]  (python -m agent CMD --help)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,6 +48,14 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv[1:])
         try:
             return simulate.run(args)
+        except ConfigError as exc:
+            print(f"configuration error: {exc}", file=sys.stderr)
+            return 2
+    if command == "standby":
+        from agent import standby
+
+        try:
+            return standby.main(argv[1:])
         except ConfigError as exc:
             print(f"configuration error: {exc}", file=sys.stderr)
             return 2

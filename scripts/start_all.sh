@@ -13,8 +13,9 @@
 # worker resolves the same empty values to the same local URLs (LIVEKIT_PORT 7880, LOCAL_LLM_PORT 8012), and
 # the token server is handed the local LiveKit URL. The local LiveKit server takes its key pair from
 # LIVEKIT_API_KEY / LIVEKIT_API_SECRET (.env) through a key file in RUN_DIR (mode 600, never on a command line),
-# and its config is scripts/local/livekit.yaml plus, when the token server runs, a webhook to the token server's
-# agent guard (RUN_DIR/livekit.yaml: LiveKit tells the guard when an agent leaves a room; token_server/agent_guard.py).
+# and its config is LIVEKIT_CONFIG (scripts/local/livekit.yaml) plus, when the token server runs, a webhook to the
+# token server's agent guard (RUN_DIR/livekit.yaml: LiveKit tells the guard when an agent leaves a room;
+# token_server/agent_guard.py).
 #
 # Each service runs in its own session/process group. Its pid file run/<svc>.pid holds "PID STARTTIME"
 # (STARTTIME = field 22 of /proc/PID/stat), so a pid that the kernel has since handed to another program
@@ -68,6 +69,7 @@ LIVEKIT_UDP_PORTS=${LIVEKIT_UDP_PORTS:-50100-50200}
 LOCAL_LLM_PORT=${LOCAL_LLM_PORT:-8012}
 LIVEKIT_VERSION=1.13.5
 LIVEKIT_BIN=${LIVEKIT_BIN:-${TOOLS_DIR:-$ROOT/.tools}/livekit-server-$LIVEKIT_VERSION/livekit-server}
+LIVEKIT_CONFIG=${LIVEKIT_CONFIG:-$ROOT/scripts/local/livekit.yaml}
 export LIVEKIT_PORT LOCAL_LLM_PORT
 
 for n in STOP_TIMEOUT HEALTH_TIMEOUT LOG_KEEP TTS_PORT TOKEN_SERVER_PORT AGENT_HTTP_PORT LIVEKIT_PORT LIVEKIT_TCP_PORT LOCAL_LLM_PORT; do
@@ -217,7 +219,7 @@ prepare_livekit() {  # the binary exists and the key pair from .env is in a priv
   fi
   (umask 077 && printf '%s: %s\n' "$LIVEKIT_API_KEY" "$LIVEKIT_API_SECRET" >"$RUN_DIR/livekit-keys.yaml")
   # the local config, plus LiveKit's webhook to the token server's agent guard (signed with the key pair)
-  cp "$ROOT/scripts/local/livekit.yaml" "$RUN_DIR/livekit.yaml"
+  cp "$LIVEKIT_CONFIG" "$RUN_DIR/livekit.yaml"
   if svc_enabled token; then
     printf 'webhook:\n  api_key: %s\n  urls:\n    - http://%s:%s/api/livekit/webhook\n' "$LIVEKIT_API_KEY" \
       "$(local_host "${TOKEN_SERVER_HOST:-}")" "$TOKEN_SERVER_PORT" >>"$RUN_DIR/livekit.yaml"
@@ -237,6 +239,7 @@ rotate_log() {  # logs/<svc>.log -> .1, .1 -> .2, ... keeping LOG_KEEP old logs
 # agent: LiveKit dispatches once, when the room is created ("no worker is available" in its log).
 AGENT_READY_LINE=${AGENT_READY_LINE-registered worker}
 export AGENT_READY_LINE PYTHON  # scripts/run_worker.sh reads them: a restart counts once the worker registered
+export WORKER_PID_FILE=$RUN_DIR/agent.worker.pid  # and writes the running worker's pid there (the pid file names it)
 svc_ready() {
   case $1 in
     agent) [ -z "$AGENT_READY_LINE" ] || grep -qF -- "$AGENT_READY_LINE" "$2" ;;

@@ -110,6 +110,48 @@ def test_a_killed_worker_is_restarted_and_its_open_turn_closed(ops_env: dict[str
     assert not list(Path(env["RUN_DIR"]).glob("*.pid"))
 
 
+# a stand-in standby: "imports" (sleeps), says it is ready, waits on the FIFO, then becomes the stand-in worker
+STANDBY = """
+import sys, time
+fifo = sys.argv[sys.argv.index("--fifo") + 1]
+time.sleep(0.5)
+print("standby: ready", flush=True)
+with open(fifo) as f:
+    if f.readline().strip() != "go":
+        sys.exit(0)
+print("standby: taking over", flush=True)
+sys.argv = [sys.argv[1], sys.argv[2], sys.argv[3]]
+exec(open(sys.argv[0]).read())
+"""
+
+
+def test_a_standby_takes_over_from_a_killed_worker(ops_env: dict[str, str], tmp_path: Path) -> None:
+    script, standby, traces = tmp_path / "stand_in.py", tmp_path / "standby.py", tmp_path / "traces"
+    script.write_text(STAND_IN)
+    standby.write_text(STANDBY)
+    port = _free_port()
+    env = dict(ops_env, TOKEN_SERVER="0", AGENT="1", AGENT_HTTP_PORT=str(port), AGENT_START_TIMEOUT="30",
+               AGENT_CMD=f"{sys.executable} {script} {traces} {port}", TRACES_DIR=str(traces), PYTHONPATH=str(ROOT),
+               STANDBY_CMD=f"{sys.executable} {standby} {script} {traces} {port}")  # fmt: skip
+    log = Path(env["LOG_DIR"]) / "agent.log"
+    worker_pid = Path(env["RUN_DIR"]) / "agent.worker.pid"
+    try:
+        assert _run(env, "start", timeout=60).returncode == 0
+        wait_until(lambda: "standby: ready" in log.read_text(), 20, "no standby was started")
+        first = int(worker_pid.read_text())
+        os.kill(first, signal.SIGKILL)
+        wait_until(lambda: log.read_text().count("registered worker") >= 2, 30, "the standby did not take over")
+        text = log.read_text()
+        assert "took over (start 2)" in text and "standby: taking over" in text, text
+        second = int(worker_pid.read_text())
+        assert second != first
+        wait_until(lambda: log.read_text().count("standby: ready") >= 2, 20, "no new standby after the takeover")
+    finally:
+        stopped = _run(env, "stop", timeout=60)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert not worker_pid.exists()
+
+
 def test_a_worker_that_dies_before_registering_is_not_restarted(ops_env: dict[str, str], tmp_path: Path) -> None:
     script = tmp_path / "crash.py"
     script.write_text("import sys, time\ntime.sleep(0.5)\nprint('cannot load the model', flush=True)\nsys.exit(1)\n")
