@@ -13,7 +13,7 @@
 # worker resolves the same empty values to the same local URLs (LIVEKIT_PORT 7880, LOCAL_LLM_PORT 8012), and
 # the token server is handed the local LiveKit URL. The local LiveKit server takes its key pair from
 # LIVEKIT_API_KEY / LIVEKIT_API_SECRET (.env) through a key file in RUN_DIR (mode 600, never on a command line),
-# and its config is LIVEKIT_CONFIG (scripts/local/livekit.yaml) plus, when the token server runs, a webhook to the
+# and its config is LIVEKIT_CONFIG_FILE (scripts/local/livekit.yaml) plus, when the token server runs, a webhook to the
 # token server's agent guard (RUN_DIR/livekit.yaml: LiveKit tells the guard when an agent leaves a room;
 # token_server/agent_guard.py).
 #
@@ -69,7 +69,8 @@ LIVEKIT_UDP_PORTS=${LIVEKIT_UDP_PORTS:-50100-50200}
 LOCAL_LLM_PORT=${LOCAL_LLM_PORT:-8012}
 LIVEKIT_VERSION=1.13.5
 LIVEKIT_BIN=${LIVEKIT_BIN:-${TOOLS_DIR:-$ROOT/.tools}/livekit-server-$LIVEKIT_VERSION/livekit-server}
-LIVEKIT_CONFIG=${LIVEKIT_CONFIG:-$ROOT/scripts/local/livekit.yaml}
+# (not LIVEKIT_CONFIG: livekit-server itself reads that variable, as the config's YAML text)
+LIVEKIT_CONFIG_FILE=${LIVEKIT_CONFIG_FILE:-$ROOT/scripts/local/livekit.yaml}
 export LIVEKIT_PORT LOCAL_LLM_PORT
 
 for n in STOP_TIMEOUT HEALTH_TIMEOUT LOG_KEEP TTS_PORT TOKEN_SERVER_PORT AGENT_HTTP_PORT LIVEKIT_PORT LIVEKIT_TCP_PORT LOCAL_LLM_PORT; do
@@ -219,7 +220,7 @@ prepare_livekit() {  # the binary exists and the key pair from .env is in a priv
   fi
   (umask 077 && printf '%s: %s\n' "$LIVEKIT_API_KEY" "$LIVEKIT_API_SECRET" >"$RUN_DIR/livekit-keys.yaml")
   # the local config, plus LiveKit's webhook to the token server's agent guard (signed with the key pair)
-  cp "$LIVEKIT_CONFIG" "$RUN_DIR/livekit.yaml"
+  cp "$LIVEKIT_CONFIG_FILE" "$RUN_DIR/livekit.yaml"
   if svc_enabled token; then
     printf 'webhook:\n  api_key: %s\n  urls:\n    - http://%s:%s/api/livekit/webhook\n' "$LIVEKIT_API_KEY" \
       "$(local_host "${TOKEN_SERVER_HOST:-}")" "$TOKEN_SERVER_PORT" >>"$RUN_DIR/livekit.yaml"

@@ -32,7 +32,7 @@ def loss_stack(net: CallerNetwork, tmp_path_factory: pytest.TempPathFactory) -> 
     workdir = tmp_path_factory.mktemp("loss_stack")
     config = workdir / "livekit.yaml"
     config.write_text(media_loss.livekit_config(net))
-    local = LocalStack(workdir / "stack", LIVEKIT_CONFIG=str(config), **STACK_ENV)
+    local = LocalStack(workdir / "stack", LIVEKIT_CONFIG_FILE=str(config), **STACK_ENV)
     local.start()
     try:
         yield local

@@ -66,7 +66,7 @@ async def media_loss(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     with CallerNetwork() as net:
         config = out / "livekit-media-loss.yaml"
         config.write_text(drill.livekit_config(net))
-        stack = LocalStack(out / "stack", LIVEKIT_CONFIG=str(config), **STACK_ENV)
+        stack = LocalStack(out / "stack", LIVEKIT_CONFIG_FILE=str(config), **STACK_ENV)
         await asyncio.to_thread(stack.start)
         try:
             cuts = [float(c) for c in args.cuts.split(",")]
