@@ -112,9 +112,9 @@ svc_cmd() {
       # host and port come from TOKEN_SERVER_HOST / TOKEN_SERVER_PORT (the token server reads them itself)
       local url=""; [ "$LIVEKIT_IS_LOCAL" = 1 ] && url="env LIVEKIT_URL=ws://127.0.0.1:$LIVEKIT_PORT "
       echo "${TOKEN_CMD:-$url$PYTHON -m token_server$dev}" ;;
-    agent)
-      local sup="bash $ROOT/scripts/run_worker.sh "; [ "${AGENT_SUPERVISE:-1}" = 1 ] || sup=""
-      echo "$sup${AGENT_CMD:-$PYTHON -m agent start}" ;;
+    agent)  # run_worker.sh's own default command is `$PYTHON -m agent start` (and only with it, it keeps a standby)
+      if [ "${AGENT_SUPERVISE:-1}" != 1 ]; then echo "${AGENT_CMD:-$PYTHON -m agent start}"
+      else echo "bash $ROOT/scripts/run_worker.sh${AGENT_CMD:+ $AGENT_CMD}"; fi ;;
   esac
 }
 local_host() {  # where to probe a server bound to $1: loopback for wildcard/empty binds

@@ -23,8 +23,8 @@ const AGENT_STATE = "lk.agent.state";
 const CUT_TOPIC = "voice_agent.cut";
 const AGENT_JOIN_WAIT_MS = 20_000; // no agent since Join: say what to do (the server's agent guard keeps trying)
 const AGENT_RETURN_WAIT_MS = 30_000; // the agent was lost and none came back (the worker restarts in ~15-25 s)
-const AUDIO_SILENT_MS = 600; // "speaking" but no packet of its audio for this long: shown as silent
-const AUDIO_POLL_MS = 200;
+const AUDIO_SILENT_MS = 400; // "speaking" but no packet of its audio for this long: shown as silent
+const AUDIO_POLL_MS = 150;
 const TEXT = {
   waiting: "Connected. Waiting for the agent to join…",
   joinTimeout: `No agent joined within ${AGENT_JOIN_WAIT_MS / 1000} s. The agent worker may be down or busy; the ` +
