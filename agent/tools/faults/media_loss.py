@@ -144,7 +144,7 @@ async def loss_try(stack: LocalStack, net: CallerNetwork, wav: Path, *, cut_s: f
             await caller.hang_up()
         t_end = time.monotonic()
         deadline = t_end + 90
-        while (jobs := worker_info(port)["active_jobs"]) > 0 and time.monotonic() < deadline:
+        while (jobs := worker_info(port).get("active_jobs", 0)) > 0 and time.monotonic() < deadline:
             await asyncio.sleep(0.25)
         result["job_ended_ms"] = None if jobs else round((time.monotonic() - t_cut) * 1000.0)
         if cut_s > 10:
@@ -157,7 +157,8 @@ async def loss_try(stack: LocalStack, net: CallerNetwork, wav: Path, *, cut_s: f
         if caller.proc.poll() is None:
             await caller.hang_up()
         result["events"] = [(ms(t), what) for t, what in caller.events if not what.startswith("transcript")]
-    info = worker_info(port)
+    info = worker_info(port)  # protobuf JSON leaves out zeros
+    info = {"active_jobs": info.get("active_jobs", 0), "worker_load": info.get("worker_load", 0.0)}
     session_traces = [r for r in stack.traces() if r["session_id"].startswith(f"{room}-")]
     open_entries = [p.name for p in journal_dir(stack.workdir / "traces").glob("*.json") if room in p.read_text()]
     result.update(
