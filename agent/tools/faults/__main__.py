@@ -90,12 +90,13 @@ def table(name: str, report: dict[str, Any]) -> str:
                       f"max {s['heard_max_ms']} ms"]  # fmt: skip
         return "\n".join(lines) + "\n"
     lines = [f"Caller's network cut mid-reply. {report['passed']}/{len(report['results'])} passed.", "",
-             "| cut (s) | try | heard again after (ms) | caller heard after (ms) | job ended after cut (ms) | "
-             "caller | jobs / load after | turns traced | ok |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "| cut (s) | try | agent heard again after (ms) | caller transcribed after (ms) | first call closed | "
+             "caller after the cut | jobs / load at the end | turns traced | ok |",
+             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in report["results"]:
         lines.append(f"| {r['cut_s']:g} | {r['try']} | {r.get('heard_after_ms', '-')} | "
-                     f"{r.get('transcribed_after_ms', '-')} | {r['job_ended_ms']} | "
-                     f"{r.get('disconnect') or ('connected' if r.get('recovered') else '-')} | "
+                     f"{r.get('transcribed_after_ms', '-')} | {r.get('first_call_closed', '-')} | "
+                     f"{r.get('caller') or ('connected' if r.get('recovered') else '-')} | "
                      f"{r['worker_jobs']} / {r['worker_load']} | {r['turns_traced']} | {'ok' if r['ok'] else 'FAIL'} |")
     return "\n".join(lines) + "\n"
 
