@@ -28,12 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.tracing import TraceCollector, TurnTrace, append_record
+from agent.tracing import Outcome, TraceCollector, TurnTrace, append_record
 
 logger = logging.getLogger("agent.journal")
 
 OPEN_DIR = ".open"
-WORKER_LOST = "worker_lost"  # the outcome of a turn whose worker died
+WORKER_LOST = Outcome.WORKER_LOST.value  # the outcome of a turn whose worker died
 
 
 @dataclass(frozen=True)
@@ -91,14 +91,7 @@ class CallJournal:
     def watch(self, collector: TraceCollector) -> None:
         """Follow the collector's turns: each new turn, each first mark of a point, each written record."""
         collector.on_open = self._opened
-        previous = collector.on_record
-
-        def recorded(record: dict[str, Any]) -> None:
-            if previous is not None:
-                previous(record)
-            self._finished(record)
-
-        collector.on_record = recorded
+        collector.sinks.append(self._finished)
 
     def _opened(self, turn: TurnTrace) -> None:
         observer = turn.observer

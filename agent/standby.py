@@ -32,6 +32,7 @@ PRELOAD = (
     "transformers.models.auto.tokenization_auto",
     "faster_whisper",
     "livekit.api",
+    "livekit.agents.__main__",  # the entry point `python -m agent start` hands the worker to
 )
 
 
@@ -46,7 +47,9 @@ def preload() -> list[str]:
     return missing
 
 
-def main(argv: list[str]) -> int:
+def wait_for_go(argv: list[str]) -> list[str] | None:
+    """Preload, say `standby: ready`, wait on the FIFO; the worker command to run (`python -m agent COMMAND`) on
+    `go`, None on anything else."""
     parser = argparse.ArgumentParser(prog="python -m agent standby", description=__doc__.splitlines()[0])
     parser.add_argument("--fifo", required=True, help="the FIFO the supervisor writes 'go' into")
     parser.add_argument("command", nargs="*", default=["start"], help="the worker command to run on 'go'")
@@ -58,8 +61,6 @@ def main(argv: list[str]) -> int:
     with open(args.fifo, encoding="utf-8") as fifo:  # blocks until the supervisor opens it for writing
         word = fifo.readline().strip()
     if word != "go":
-        return 0
+        return None
     print("standby: taking over", flush=True)
-    from agent import worker
-
-    return worker.run_cli(args.command or ["start"])
+    return args.command or ["start"]

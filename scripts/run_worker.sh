@@ -25,6 +25,7 @@
 # STANDBY_CMD, RECOVER_CMD (default: $PYTHON -m agent recover; empty: skip step 2), WORKER_PID_FILE (this loop writes
 # the running worker's pid there; start_all: run/agent.worker.pid). The worker's output goes to this script's stdout
 # (start_all: logs/agent.log), so a crashed worker's last lines stay in the same log.
+. "$(dirname "$0")/lib/help.sh" && show_help_if_asked "$0" "${1:-}"  # --help: the header above, nothing started
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD

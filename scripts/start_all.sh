@@ -36,6 +36,7 @@
 #   KEEP_ON_FAILURE=1      leave already-started services running when a later one fails
 # Exit status: 0 ok; 1 a start/stop failed; 2 usage; 3 status found an enabled service down or unhealthy.
 # status prints a service that this configuration does not use as `off (not used)`.
+. "$(dirname "$0")/lib/help.sh" && show_help_if_asked "$0" "${1:-}"  # --help: the header above, nothing started
 set -uo pipefail
 
 cd "$(dirname "$0")/.."

@@ -17,6 +17,8 @@ import numpy as np
 import torch
 
 from tts_engine.errors import CheckpointError
+from tts_engine.model.codec import CodecDecoder
+from tts_engine.model.loader import resolve_device
 from tts_engine.runtime.codedump import load_code_dump
 from tts_engine.runtime.frame_step import pcm_to_int16
 from tts_engine.runtime.wav import wav_bytes
@@ -40,8 +42,6 @@ def decode_codes(decoder: torch.nn.Module, codes: np.ndarray, mode: str = "singl
 
 
 def load_decoder(model_dir: str | Path, device: str = "auto") -> torch.nn.Module:
-    from tts_engine.model.codec import CodecDecoder
-    from tts_engine.model.loader import resolve_device
 
     folder = Path(model_dir) / "speech_tokenizer"
     return CodecDecoder.from_pretrained(folder, resolve_device(device))

@@ -49,8 +49,9 @@ LABELS = {
     "e2e": "e2e",
     CANCEL: "cancel→silence",
 }
-# segments stacked in the per-turn plot: they partition vad_speech_end -> first_frame_published
-BREAKDOWN = [name for name, _, _ in SEGMENTS if name not in ("e2e", "user_speech")]
+# the stacked stages run one after another from the end of speech; `end_of_turn` overlaps them (the decision is
+# taken while STT runs), `e2e` is their sum, `user_speech` precedes the origin
+BREAKDOWN = [name for name, _, _ in SEGMENTS if name not in ("e2e", "user_speech", "end_of_turn")]
 # keys under which a trace may carry its wall-clock time (for --since) and its ids
 _WALL_KEYS = ("wall_time", "t0_wall", "timestamp", "ts", "time", "started_at")
 _SESSION_KEYS = ("session_id", "session", "room")
