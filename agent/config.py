@@ -1,4 +1,5 @@
-"""Agent configuration from the environment (DESIGN.md §6). Bad values stop start-up with the name.
+"""Agent configuration from the environment (every variable: .env.example, docs/agent.md "Configuration").
+Bad values stop start-up with the name.
 
 An empty production variable selects its embedded default (agent/local/): `LIVEKIT_URL` -> the local LiveKit
 server, `LLM_BASE_URL` -> the local llama.cpp server, `STT_BASE_URL` (and `LLM_BASE_URL`) -> faster-whisper

@@ -47,6 +47,7 @@ from livekit.agents import DEFAULT_API_CONNECT_OPTIONS, APIConnectOptions, APIEr
 
 from agent.bridge import BridgeOptions, TextBridge
 from agent.engine_client import SAMPLE_RATE, TTSBackend
+from tts_engine.errors import TextFeedFull
 
 logger = logging.getLogger("agent.tts")
 
@@ -211,8 +212,6 @@ class QwenTTS(tts.TTS):
     async def _synthesize_tokens(self, text: AsyncIterable[str], emit: Callable[[rtc.AudioFrame], None], *,
                                  reply_id: str, hooks: SynthesisHooks, language: str) -> None:
         """LLM text pushed into one streaming-text engine stream as it arrives; packets out as they exist."""
-        from tts_engine.errors import TextFeedFull
-
         stream = self.backend.open_text_stream(speaker=self.speaker, language=language)  # type: ignore[attr-defined]
         rest: list[str] = []  # text past what the stream can speak: the segment path takes it afterwards
 

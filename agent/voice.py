@@ -40,6 +40,7 @@ from livekit.agents import (
     vad,
 )
 from livekit.agents.inference import TurnDetector
+from livekit.agents.voice import room_io
 from livekit.agents.voice.agent_session import SessionConnectOptions
 
 from agent import livekit_internals
@@ -50,6 +51,7 @@ from agent.early_stt import EarlyTranscriber
 from agent.end_of_turn import EndOfTurn
 from agent.engine_client import TTSBackend
 from agent.llm import build_llm, history_for_request, llm_client, stream_with_continuation
+from agent.local.whisper_stt import WhisperSTT
 from agent.output import FrameRecord, RtcAudioOutput
 from agent.process_tuning import release_free_memory
 from agent.reply import Reply
@@ -213,8 +215,6 @@ def room_options(cfg: AgentConfig) -> room_io.RoomOptions:
     """The session's room I/O: our own audio output (RtcAudioOutput publishes the agent's track), the caller's
     audio in `INPUT_FRAME_MS` frames (LiveKit's 50 ms default delays the VAD's end of speech), and no close on
     the caller's disconnect: agent/callers.py decides which caller is heard and when the call is over."""
-    from livekit.agents.voice import room_io
-
     audio_input = room_io.AudioInputOptions(frame_size_ms=cfg.input_frame_ms)
     return room_io.RoomOptions(audio_input=audio_input, audio_output=False, close_on_disconnect=False)
 
@@ -308,8 +308,6 @@ class Call:
                 base_url=cfg.stt_base_url, model=cfg.stt_model, api_key=cfg.llm_api_key, observer=stt_observer
             )
         else:  # embedded default (agent/local/): no STT server configured
-            from agent.local.whisper_stt import WhisperSTT
-
             self.stt = WhisperSTT(observer=stt_observer)
         self.llm_client = llm_client(cfg)  # one pool for the answer and its continuation, closed with the call
         self.llm = build_llm(cfg, self.llm_client)

@@ -1,8 +1,8 @@
 """Latency review of per-turn traces: `python -m agent.tools.trace_review FILES... [--since T] [--plot PNG] [--json]`.
 
 Contract:
-- Input: JSONL files written by the TraceCollector (DESIGN.md §5, traces/README.md): one JSON object per
-  turn with the nine points in seconds relative to t0 = `vad_speech_end`, session/turn ids, and optional
+- Input: JSONL files written by the TraceCollector (traces/README.md): one JSON object per turn with the nine
+  points (and `turn_committed`) in seconds relative to t0 = `vad_speech_end`, session/turn ids, and optional
   interruption records. The points may sit at the top level or under a `points` object.
 - Output: per segment (below) count, P50/P95/P99/max in ms and the slowest turns with their ids; as a text
   table (default) or JSON (`--json`), plus a PNG of the latency breakdown (`--plot`).
