@@ -1,7 +1,8 @@
 """The caller's network to the LiveKit server cut mid-reply for 5 s and for 30 s, on the real stack with an SDK caller
 in its own network namespace (agent/tools/faults/media_loss.py says what is expected and why). 5 s: the call goes on
 (the caller hears the agent, the agent hears the caller) and ends with a normal hang-up; 30 s: LiveKit drops the
-caller, the call ends on both sides. Either way the worker is left with no job, no load, no open journal entry,
+caller and the call ends on both sides (the caller's SDK gives up, or joins the room again as a new call when the
+link is back while it still tries). Either way the worker is left with no job, no load, no open journal entry,
 every turn traced, and no ERROR line in its log (a normal hang-up included). Needs root (ip netns)."""
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ async def test_the_callers_network_cut_mid_reply(
     assert result["worker_log_problems"] == [], result["worker_log_problems"]
     if cut_s <= 10:
         assert result["recovered"], result["events"]
-    else:
-        assert result["job_ended_ms"] is not None, result
-        assert result["disconnected_ms"] is not None, result["events"]
+    else:  # the first call closed on the agent's side; the caller gave up or joined the room again (a new call)
+        assert result["first_call_closed"], result
+        assert result["caller"] != "neither", result["events"]
     assert result["ok"], result

@@ -202,7 +202,14 @@ async def loss_try(stack: LocalStack, net: CallerNetwork, wav: Path, *, cut_s: f
 
 def open_entries(stack: LocalStack, needle: str) -> list[str]:
     """The call journal's entries (agent/journal.py) that mention `needle` (a room or a job id): open calls."""
-    return [p.name for p in journal_dir(stack.workdir / "traces").glob("*.json") if needle in p.read_text()]
+    found = []
+    for path in journal_dir(stack.workdir / "traces").glob("*.json"):
+        try:
+            if needle in path.read_text():
+                found.append(path.name)
+        except FileNotFoundError:  # the call closed between the listing and the read
+            continue
+    return found
 
 
 async def run(stack: LocalStack, net: CallerNetwork, wav: Path, *, cuts: list[float], tries: int) -> dict[str, Any]:
