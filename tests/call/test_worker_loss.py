@@ -1,7 +1,7 @@
 """A worker killed (SIGKILL) in the middle of the agent's reply, on the real stack: LiveKit's own server, the token
 server with its agent guard (fed by LiveKit's webhooks), supervised workers (scripts/run_worker.sh), an SDK caller.
 One try each; `python -m agent.tools.faults worker-kill --workers 1|2 --tries 10` is the measured run
-(agent/tools/faults/results/). Without the guard and the supervisor's recovery the caller hears nothing again:
+(agent/tools/results/faults/). Without the guard and the supervisor's recovery the caller hears nothing again:
 LiveKit keeps the dead agent in the room for ~21 s and never dispatches the room again (issue 29)."""
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ def question(out: Path) -> Path:
 def percentile(values: list[float], q: float) -> float | None:
     from tts_engine.percentiles import percentile as pct
 
-    return pct(values, q) if values else None
+    return round(pct(values, q), 1) if values else None
 
 
 async def worker_kill(args: argparse.Namespace, out: Path) -> dict[str, Any]:
