@@ -18,7 +18,7 @@ from agent.tools.faults import media_loss
 from agent.tools.faults.netns import CallerNetwork
 
 pytestmark = pytest.mark.call
-STACK_ENV = {"LLM_MAX_TOKENS": "40"}
+STACK_ENV = {"LLM_MAX_TOKENS": "40", "AGENT_CPU_LIMIT": "off"}  # the load then counts calls and streams only
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ async def test_the_callers_network_cut_mid_reply(
 ) -> None:
     result = await media_loss.loss_try(loss_stack, net, question_wav, cut_s=cut_s, index=1)
     print({k: v for k, v in result.items() if k != "events"})
-    assert result["worker_jobs"] == 0 and result["worker_load"] == 0, result
+    assert result["worker_jobs"] == 0 and result["worker_load"] < media_loss.IDLE_LOAD, result
     assert result["open_journal_entries"] == [] and result["turns_traced"] > 0, result
     assert result["worker_log_problems"] == [], result["worker_log_problems"]
     if cut_s <= 10:
