@@ -663,6 +663,7 @@ class DuplexController:
         if interrupted and reply.interruption is None:
             self.interrupt(source="clear_buffer", reply=reply)
         if reply.interruption is None and reply.turn is not None:
+            reply.adopted_by_turn()  # its text counts grew after the first frame: the whole answer was sent
             if reply.turn.outcome is Outcome.OPEN:
                 reply.turn.outcome = Outcome.ANSWERED
             self.collector.finish(reply.turn)
