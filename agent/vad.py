@@ -36,9 +36,9 @@ from livekit.plugins.silero import onnx_model
 from agent import livekit_internals
 from agent.config import QUIET_DB
 
-SAMPLE_RATE = 16_000
+VAD_SAMPLE_RATE = 16_000
 WINDOW_SAMPLES = 512  # Silero's window at 16 kHz
-WINDOW_MS = WINDOW_SAMPLES * 1000 / SAMPLE_RATE  # 32 ms
+WINDOW_MS = WINDOW_SAMPLES * 1000 / VAD_SAMPLE_RATE  # 32 ms
 
 
 def hangover_windows(silence_ms: float) -> int:
@@ -110,6 +110,6 @@ class GatedSileroVAD(silero.VAD):
 
 
 def load_vad(silence_ms: float, quiet_db: float | None = QUIET_DB) -> silero.VAD:
-    vad = GatedSileroVAD.load(min_silence_duration=min_silence_duration_s(silence_ms), sample_rate=SAMPLE_RATE)
+    vad = GatedSileroVAD.load(min_silence_duration=min_silence_duration_s(silence_ms), sample_rate=VAD_SAMPLE_RATE)
     vad.quiet_db = quiet_db
     return vad

@@ -115,3 +115,14 @@ def test_long_modules_are_flagged_for_a_look() -> None:
     }
     if long:
         warnings.warn(f"modules past {LOOK_AT_LINES} lines (look: one idea, or two?): {long}", stacklevel=1)
+
+
+def test_the_audio_format_is_defined_once() -> None:
+    """The engine's sample rate and frame size are assigned in tts_engine/audio_format.py alone; everyone imports them
+    (a second `SAMPLE_RATE = 24_000` drifts the day one of them changes)."""
+    home = ROOT / "tts_engine" / "audio_format.py"
+    names = re.compile(r"^\s*(SAMPLE_RATE|SAMPLES_PER_FRAME|FRAME_MS|SAMPLE_WIDTH|MAX_PACKET_FRAMES)\s*(:[^=]*)?=[^=]",
+                       re.M)
+    defined = [f"{path.relative_to(ROOT)}: {m.group(1)}" for path in modules().values() if path != home
+               for m in names.finditer(path.read_text(encoding="utf-8"))]
+    assert defined == [], f"audio format names assigned outside tts_engine/audio_format.py: {defined}"

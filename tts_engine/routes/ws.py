@@ -50,7 +50,6 @@ PATH = "/tts/ws"
 TYPES = ("start", "text", "end", "cancel")
 START_FIELDS = ("type", "speaker", "language", "instruct", "packet_frames", "first_packet_frames", "seed",
                 "max_frames", "layout")
-SAMPLES_PER_FRAME = 1920
 
 
 class _Utterance:
