@@ -336,7 +336,9 @@ class DuplexController:
             if not covered:
                 return None
             turn = self._turn_of(covered)
-        elif self._uncommitted:  # words that reached us after the framework had closed this turn
+        elif self._uncommitted or (covered and not turn.user_text):
+            # words that reached us after the framework had closed this turn, or the words of an earlier utterance
+            # (transcribed after its turn's commit) that the framework commits as this one
             turn.user_text = " ".join(u.text or "" for u in covered).strip()
         turn.mark(TURN_COMMITTED, t)
         for speech in self._speeches.values():  # prepared on words that reached no turn of ours until now

@@ -24,6 +24,7 @@ from agent.duplex import State
 from agent.output import FrameRecord
 from agent.tools.fake_openai import FakeOpenAIServer, Script
 from agent.tracing import Outcome
+from agent.turn_text import OverlapKind
 from agent.voice import Call
 from tests.agent.duplex_harness import (
     EnergyVAD,
@@ -77,15 +78,16 @@ class Outcome:
 
 
 def utterances_without_a_turn(call: Call) -> int:
-    """Utterances that joined no new turn: said over a playing answer and judged a backchannel or a noise, or said
-    after a pause inside a turn not yet committed (the turn went on)."""
+    """Utterances that joined no new turn: said over a playing answer and judged a backchannel or a noise (read from
+    the controller's utterances: an overlap may be judged after its answer's record was written), or said after a
+    pause inside a turn not yet committed (the turn went on)."""
     collector = call.collector
     turns = [*collector._held, *([collector.current] if collector.current is not None else [])]
     open_turns = [t for t in turns if not t.finished]
-    overlaps = [o.verdict for t in open_turns for o in t.overlaps]
-    overlaps += [o["verdict"] for r in collector.records for o in r["overlaps"]]
+    judged = sum(1 for u in call.controller.utterances
+                 if u.overlap is not None and u.overlap.verdict in (OverlapKind.BACKCHANNEL, OverlapKind.EMPTY))
     pauses = sum(len(t.pauses) for t in open_turns) + sum(len(r["pauses"]) for r in collector.records)
-    return sum(1 for v in overlaps if v in ("backchannel", "empty")) + pauses
+    return judged + pauses
 
 
 class ScheduleRunner:
