@@ -1,10 +1,13 @@
-"""`python -m agent <command>`.
+"""`python -m agent <command>` (`--help` lists the commands, `COMMAND --help` each one's options).
 
-- `preflight`: what is missing to run the stack (weights, LiveKit, vLLM).
-- `dev` / `start` (and the other LiveKit CLI commands, e.g. `download-files`): the LiveKit worker
-  (agent/worker.py) through `livekit.agents.cli`, so LiveKit's conventions and flags apply
-  (`dev` = development mode with reload off; `start` = production).
+- `preflight`: what is missing to run the stack (weights, LiveKit, vLLM) and which parts run as embedded defaults.
+- `dev` / `start`: the LiveKit worker (agent/worker.py) through LiveKit's current entry point,
+  `python -m livekit.agents start agent/app.py` (`dev` adds `--dev`: colored DEBUG logs, no drain on exit).
+- `download-files`: LiveKit's own `python -m livekit.agents download-files` (the plugins' model files).
 - `simulate --turns N [--barge-in] --out DIR`: a complete call without a LiveKit server (agent/tools/simulate.py).
+- `console`, `connect`: accepted by LiveKit's deprecated CLI, refused here with a message that says why and what
+  to use instead (exit 2).
+Heavy modules (the worker, torch) are imported only by the command that runs, so `--help` is instant.
 """
 
 from __future__ import annotations
@@ -16,47 +19,106 @@ import sys
 from tts_engine.env import load_dotenv
 from tts_engine.errors import ConfigError
 
-WORKER_COMMANDS = ("dev", "start", "connect", "download-files", "console")
-USAGE = "usage: python -m agent {preflight|dev|start|simulate} [options]  (python -m agent COMMAND --help)"
+LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARN", "ERROR", "CRITICAL")
+COMMANDS = {  # one line each in --help
+    "preflight": "check what the stack needs (weights, LiveKit, vLLM) and which parts run as embedded defaults",
+    "dev": "run the worker in development mode (colored DEBUG logs, no drain on exit)",
+    "start": "run the worker in production mode (JSON logs; on SIGTERM calls drain for AGENT_DRAIN_TIMEOUT_S)",
+    "download-files": "fetch the model files LiveKit's plugins need ahead of a start (none today: Silero's ships)",
+    "simulate": "a complete call without LiveKit: espeak-ng speech, fake vLLM, the real engine (traces + summary)",
+    "console": "not supported: says why (LiveKit's console replaces this agent's audio path) and what to use",
+    "connect": "not supported: says why (rooms get this agent by dispatch) and how to dispatch it into a room",
+}
+CONSOLE_REFUSAL = """\
+python -m agent console: not supported by this worker.
+LiveKit Agents 1.8.9's console is driven by the LiveKit CLI (`lk agent console`, Go, not installed by
+setup), and it swaps the session's audio output for its own: this agent's output (the barge-in cut,
+the exact 20 ms frames, the trace's first_frame_published) would not run. To talk to the agent:
+  scripts/demo.sh, then open the printed URL          (the browser page, your microphone)
+  python -m agent simulate --turns 3 --out /tmp/sim    (a scripted call without LiveKit: no microphone needed)"""
+CONNECT_REFUSAL = """\
+python -m agent connect: not supported by this worker.
+LiveKit Agents 1.8.9 dropped `connect` from its current CLI. This worker joins a room when LiveKit
+dispatches it there by name (AGENT_NAME): a token from the token server carries that dispatch, or
+dispatch it into any room with LiveKit's API, e.g. `lk dispatch create --agent-name voice-agent
+--room NAME`, or livekit-api's `LiveKitAPI().agent_dispatch.create_dispatch(...)`, with `python -m agent
+start` running."""
+REFUSALS = {"console": CONSOLE_REFUSAL, "connect": CONNECT_REFUSAL}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m agent",
+        description="The voice agent's LiveKit worker and its tools.",
+        epilog="Settings come from the environment and .env (ENV_FILE); see .env.example and docs/agent.md.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub.add_parser("preflight", help=COMMANDS["preflight"], description=COMMANDS["preflight"])
+    for name in ("dev", "start"):
+        worker = sub.add_parser(name, help=COMMANDS[name], description=COMMANDS[name])
+        worker.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS,
+                            help="LiveKit's log level (default: LIVEKIT_LOG_LEVEL, else %s)"
+                            % ("DEBUG" if name == "dev" else "INFO"))
+        worker.add_argument("--url", help="LiveKit server URL (default: LIVEKIT_URL)")
+        worker.add_argument("--api-key", help="LiveKit API key (default: LIVEKIT_API_KEY)")
+        worker.add_argument("--api-secret", help="LiveKit API secret (default: LIVEKIT_API_SECRET)")
+    sub.add_parser("download-files", help=COMMANDS["download-files"], description=COMMANDS["download-files"])
+    # its options belong to agent/tools/simulate.py, which loads the engine's modules: main() parses them there
+    sub.add_parser("simulate", help=COMMANDS["simulate"], add_help=False)
+    for name in REFUSALS:  # main() answers them whatever their options (LiveKit's had many)
+        sub.add_parser(name, help=COMMANDS[name], add_help=False)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["simulate"]:
+        return _simulate(argv[1:])
+    if argv and argv[0] in REFUSALS:
+        if {"-h", "--help"} & set(argv[1:]):
+            print(REFUSALS[argv[0]])
+            return 0
+        print(REFUSALS[argv[0]], file=sys.stderr)
+        return 2
+    args = build_parser().parse_args(argv)
+    if args.command == "download-files":
+        from livekit.agents.__main__ import main as livekit_main  # it imports every installed livekit.plugins.*
+
+        return livekit_main(["download-files"])
     load_dotenv(os.environ.get("ENV_FILE") or ".env")  # the same file scripts/start_all.sh reads
-    command = argv[0] if argv else ""
-    if command == "preflight":
-        from agent.config import AgentConfig
-        from agent.preflight import report, run_checks
-        from tts_engine.config import EngineConfig
+    try:
+        if args.command == "preflight":
+            from agent.config import AgentConfig
+            from agent.preflight import report, run_checks
+            from tts_engine.config import EngineConfig
 
-        try:
             agent_cfg, engine_cfg = AgentConfig.from_env(), EngineConfig.from_env()
-        except ConfigError as exc:
-            print(f"configuration error: {exc}", file=sys.stderr)
-            return 2
-        print("preflight:")
-        return 0 if report(run_checks(agent_cfg, engine_cfg)) else 1
-    if command == "simulate":
-        from agent.tools import simulate
-
-        parser = argparse.ArgumentParser(prog="python -m agent simulate", description=simulate.__doc__.splitlines()[0])
-        simulate.add_arguments(parser)
-        args = parser.parse_args(argv[1:])
-        try:
-            return simulate.run(args)
-        except ConfigError as exc:
-            print(f"configuration error: {exc}", file=sys.stderr)
-            return 2
-    if command in WORKER_COMMANDS:
+            print("preflight:")
+            return 0 if report(run_checks(agent_cfg, engine_cfg)) else 1
         from agent import worker
 
-        try:
-            return worker.run_cli(argv)
-        except ConfigError as exc:
-            print(f"configuration error: {exc}", file=sys.stderr)
-            return 2
-    print(USAGE, file=sys.stderr)
-    return 2
+        return worker.run_cli(dev=args.command == "dev", log_level=args.log_level, url=args.url,
+                              api_key=args.api_key, api_secret=args.api_secret)
+    except ConfigError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _simulate(argv: list[str]) -> int:
+    load_dotenv(os.environ.get("ENV_FILE") or ".env")
+    from agent.tools import simulate
+
+    parser = argparse.ArgumentParser(prog="python -m agent simulate", description=COMMANDS["simulate"])
+    simulate.add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        from agent.trace_otel import install_from_env
+
+        install_from_env()  # the simulated call's spans too, when OTEL_EXPORTER_OTLP_ENDPOINT is set
+        return simulate.run(args)
+    except ConfigError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

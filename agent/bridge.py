@@ -6,7 +6,7 @@ the cuts; segments with no letter or digit, e.g. a lone "...", are dropped since
 
 The cutting itself is `tts_engine.text.segment.StreamSegmenter`, the one copy the engine's own text paths
 (long text, the WebSocket route) use too; this module keeps the agent's names for it and its policy knobs
-(DESIGN.md §5): a starter segment first (first clause, else 2-6 CJK characters / 1-3 Latin words) to cut
+(docs/agent.md): a starter segment first (first clause, else 2-6 CJK characters / 1-3 Latin words) to cut
 time-to-first-audio; then cuts at sentence and clause punctuation (CJK and Latin; Latin clauses once the
 segment has `latin_clause_min` chars); with no punctuation, at `cjk_flush_chars` CJK characters or
 `latin_flush_words` words, never more than `max_chars`; never inside a number ("3.14", "1,000", "12:30"),

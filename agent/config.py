@@ -1,4 +1,5 @@
-"""Agent configuration from the environment (DESIGN.md §6). Bad values stop start-up with the name.
+"""Agent configuration from the environment (every variable: .env.example, docs/agent.md "Configuration").
+Bad values stop start-up with the name.
 
 An empty production variable selects its embedded default (agent/local/): `LIVEKIT_URL` -> the local LiveKit
 server, `LLM_BASE_URL` -> the local llama.cpp server, `STT_BASE_URL` (and `LLM_BASE_URL`) -> faster-whisper
@@ -18,6 +19,9 @@ T = TypeVar("T")
 
 QUIET_DB = -50.0  # the VAD's quiet gate (agent/vad.py): the page's end-of-speech level (web/stats.js)
 STT_EARLY_MS = 64  # silence inside a speech after which it goes to STT (agent/early_stt.py; docs/agent.md: why 64)
+# a worker's capacity (docs/operations.md "Capacity and load"; `python -m agent.tools.capacity` measures it)
+MAX_SESSIONS = 8
+CPU_LIMIT = 0.85
 
 
 def _value_or_off(env: Env, name: str, default: T, parse: Callable[[str], T | None], allowed: str) -> T | None:
@@ -39,6 +43,28 @@ def _in_range(value: str, lo: float, hi: float, kind: type[int] | type[float]) -
     except ValueError:
         return None
     return number if lo <= number <= hi else None  # also None for nan
+
+
+def cpu_limit(env: Env) -> float | None:
+    """`AGENT_CPU_LIMIT`: the worker's CPU as a share of the cores it may use (0.1..1.0) at which it takes no new
+    call, or "off"."""
+    return _value_or_off(
+        env, "AGENT_CPU_LIMIT", CPU_LIMIT, lambda raw: _in_range(raw, 0.1, 1.0, float),
+        "a share of the cores from 0.1 to 1.0, or off",
+    )  # fmt: skip
+
+
+#: `TURN_HANDLING=livekit` is LiveKit's defaults: Silero's own hangover (0.55 s, on its 32 ms window grid), and its
+#: turn detector refuses a VAD hangover under 0.25 s (the audio model needs that much silence to judge).
+LIVEKIT_VAD_SILENCE_MS = 544
+LIVEKIT_VAD_SILENCE_MIN_MS = 256
+
+
+def vad_silence_ms(env: Env) -> int:
+    """`VAD_SILENCE_MS`, by default 224 ms (`vad`, `ours`) or LiveKit's own 544 ms (`livekit`)."""
+    if env.choice("TURN_HANDLING", "ours", ("ours", "vad", "livekit")) == "livekit":
+        return env.int("VAD_SILENCE_MS", LIVEKIT_VAD_SILENCE_MS, lo=LIVEKIT_VAD_SILENCE_MIN_MS, hi=5000)
+    return env.int("VAD_SILENCE_MS", 224, lo=50, hi=5000)
 
 
 def quiet_db(env: Env) -> float | None:
@@ -84,6 +110,13 @@ class AgentConfig:
     input_frame_ms: int = 20
     tts_frame_ms: int = 20
     min_endpointing: float = 0.2
+    # turn-taking (agent/voice.py turn_handling, docs/agent.md "Turn-taking"): ours | vad | livekit
+    turn_handling: str = "ours"
+    eot_threshold: float = 0.36  # ours: voice+words probability below which the turn waits eot_max_delay_s
+    eot_medium_delay_s: float = 1.2  # ours: the wait when neither the words nor the voice say the caller is done
+    eot_max_delay_s: float = 1.6  # ours: the longest the turn waits for a caller who seems not to be done
+    overlap_confirm_s: float = 0.9  # ours: speech over the agent this long cuts it whatever its words
+    overlap_duck_db: float = -15.0  # ours: the agent's voice while the caller speaks over it
     enable_continuation: bool = True
     tts_engine_url: str = ""  # remote engine (python -m tts_engine serve); empty = embedded
     tts_speaker: str = "serena"
@@ -113,8 +146,10 @@ class AgentConfig:
     num_idle_processes: int = 1
     init_timeout_s: float = 600.0
     drain_timeout_s: int = 10  # on SIGTERM: calls may go on this long, then end (agent leaves, traces written)
-    max_sessions: int = 8
-    load_threshold: float = 0.9
+    max_sessions: int = MAX_SESSIONS  # calls at which the worker is full (agent/worker.py current_load)
+    cpu_limit: float | None = CPU_LIMIT  # its CPU's share of its cores at which it is full; None = no CPU limit
+    load_threshold: float = 0.9  # the load LiveKit reads as full; each limit reached reports exactly this
+    stats_path: str = ""  # AGENT_STATS_PATH: one JSON line a second about the worker (agent/worker_stats.py)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> AgentConfig:
@@ -139,12 +174,18 @@ class AgentConfig:
             http_port=env.int("AGENT_HTTP_PORT", 8081, lo=0, hi=65535),
             llm_max_history_items=env.int("LLM_MAX_HISTORY_ITEMS", 24, lo=2, hi=10_000),
             llm_temperature=env.float("LLM_TEMPERATURE", 0.3, lo=0.0, hi=2.0),
-            vad_silence_ms=env.int("VAD_SILENCE_MS", 224, lo=50, hi=5000),
+            vad_silence_ms=vad_silence_ms(env),
             vad_quiet_db=quiet_db(env),
             stt_early_ms=stt_early_ms(env),
             input_frame_ms=int(env.choice("INPUT_FRAME_MS", "20", ("10", "20", "30", "40", "50"))),
             tts_frame_ms=int(env.choice("TTS_FRAME_MS", "20", ("10", "20", "40"))),
             min_endpointing=env.float("MIN_ENDPOINTING", 0.2, lo=0.0, hi=10.0),
+            turn_handling=env.choice("TURN_HANDLING", "ours", ("ours", "vad", "livekit")),
+            eot_threshold=env.float("EOT_THRESHOLD", 0.36, lo=0.0, hi=1.0),
+            eot_medium_delay_s=env.float("EOT_MEDIUM_DELAY_S", 1.2, lo=0.0, hi=10.0),
+            eot_max_delay_s=env.float("EOT_MAX_DELAY_S", 1.6, lo=0.1, hi=10.0),
+            overlap_confirm_s=env.float("OVERLAP_CONFIRM_S", 0.9, lo=0.1, hi=10.0),
+            overlap_duck_db=env.float("OVERLAP_DUCK_DB", -15.0, lo=-60.0, hi=0.0),
             enable_continuation=env.bool("ENABLE_CONTINUATION", True),
             tts_engine_url=env.str("TTS_ENGINE_URL", ""),
             tts_speaker=env.str("TTS_SPEAKER", "serena"),
@@ -166,6 +207,8 @@ class AgentConfig:
             num_idle_processes=env.int("AGENT_NUM_IDLE_PROCESSES", 1, lo=0, hi=64),
             init_timeout_s=env.float("AGENT_INIT_TIMEOUT_S", 600.0, lo=10.0, hi=3600.0),
             drain_timeout_s=env.int("AGENT_DRAIN_TIMEOUT_S", 10, lo=1, hi=3600),
-            max_sessions=env.int("AGENT_MAX_SESSIONS", 8, lo=1, hi=1024),
+            max_sessions=env.int("AGENT_MAX_SESSIONS", MAX_SESSIONS, lo=1, hi=1024),
+            cpu_limit=cpu_limit(env),
             load_threshold=env.float("AGENT_LOAD_THRESHOLD", 0.9, lo=0.05, hi=1.0),
+            stats_path=env.str("AGENT_STATS_PATH", ""),
         )

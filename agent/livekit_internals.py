@@ -30,7 +30,13 @@ One read for agent/callers.py, `session_room_io(session)`: the session's `RoomIO
 public `set_participant` switches the caller the session listens to; the session exposes no public handle to
 it. Where it is gone, None with a warning, and the session keeps LiveKit's first-caller link.
 
-One fix, `close_runners_cancelled_in_prewarm()` (`agent.worker.build_options` applies it): with the THREAD executor,
+One call for agent/duplex.py's pause handling, `drop_early_answer(session)`: the answer the framework prepares on a
+transcript before the turn is committed (its preemptive generation) is kept until the *next* transcript when the
+caller goes on after a pause; the activity's `_cancel_preemptive_generation()` (`AgentSession._activity`) drops it
+the moment they go on, so no LLM and TTS work is spent on half a sentence and the turn, once committed, is answered
+afresh. Where the names are gone, a warning once and nothing: the framework drops it at the next transcript.
+
+One fix, `close_runners_cancelled_in_prewarm()` (`agent.worker.build_server` applies it): with the THREAD executor,
 closing the worker while a runner is still in prewarm (the pool starts a replacement each time a call takes
 the idle one, and prewarm loads Silero and Whisper, seconds on a busy CPU) hangs forever. The pool cancels
 `ThreadJobExecutor.initialize()`, which leaves the executor's private `_initialize_fut` unresolved; the
@@ -60,6 +66,7 @@ INTERRUPT_SOURCE = "SpeechHandle._interrupt_source"
 RUNNER_INIT_FUT = "ThreadJobExecutor._initialize_fut"
 SILERO_MODEL = "silero.VAD._onnx_session/_opts/_streams"
 SESSION_ROOM_IO = "AgentSession._room_io"
+DROP_PREEMPTIVE = "AgentSession._activity._cancel_preemptive_generation"
 
 _MISSING = object()
 _warned: set[str] = set()
@@ -149,7 +156,28 @@ def missing_internals() -> list[str]:
         missing.append(SILERO_MODEL)
     if not _session_keeps_room_io():
         missing.append(SESSION_ROOM_IO)
+    if not _activity_drops_preemptive():
+        missing.append(DROP_PREEMPTIVE)
     return missing
+
+
+def _activity_drops_preemptive() -> bool:
+    from livekit.agents import AgentSession
+    from livekit.agents.voice.agent_activity import AgentActivity
+
+    init = inspect.unwrap(AgentSession.__init__)
+    cancel = getattr(AgentActivity, "_cancel_preemptive_generation", None)
+    return "_activity" in init.__code__.co_names and callable(cancel)
+
+
+def drop_early_answer(session: Any) -> bool:
+    """Drop the answer the session prepared before the turn's commit (see the module docstring); False if gone."""
+    cancel = getattr(getattr(session, "_activity", None), "_cancel_preemptive_generation", None)
+    if not callable(cancel):
+        _warn_once(DROP_PREEMPTIVE)
+        return False
+    cancel()
+    return True
 
 
 def _session_keeps_room_io() -> bool:

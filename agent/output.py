@@ -14,6 +14,9 @@ Contract with the framework (`livekit.agents.voice.io.AudioOutput`):
   advertised when false-interruption resume is enabled.
 Contract with the DuplexController: frames carry `userdata["reply_id"]`; `silence(reply_id)` closes that
 reply's gate (later frames of it are dropped, never captured) and clears the queue, returning the time;
+`duck()` lowers the voice by `duck_db` from now on, the audio already queued included (the queue is cleared and
+its frames captured again, lowered, in order), and `restore()` brings later frames back to full level (each
+change ramps over one frame, so it does not click);
 `on_frame_published` / `on_playout_finished` / `on_clear_buffer` report back, and `on_playout_gap` each time
 the queue ran dry inside a segment (the next frame came late: the listener hears a gap, and WebRTC sends the
 rest late, which deepens the listener's jitter buffer). `frame_observer` sees every frame actually captured
@@ -32,10 +35,12 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 from livekit import rtc
 from livekit.agents.voice import io
 
@@ -67,6 +72,7 @@ class RtcAudioOutput(io.AudioOutput):
         queue_ms: int = 100,
         cut_silence_ms: int = 60,
         pause_capable: bool = False,
+        duck_db: float = -15.0,
         source: rtc.AudioSource | None = None,
         controller: DuplexController | None = None,
         frame_observer: Callable[[FrameRecord], None] | None = None,
@@ -98,7 +104,14 @@ class RtcAudioOutput(io.AudioOutput):
         # still in flight after the task awaiting it was cancelled (a cut): `_capture` makes them take turns
         self._capture_lock = asyncio.Lock()
         self._inflight: asyncio.Future[None] | None = None
+        self._inflight_frame: rtc.AudioFrame | None = None
         self._silence_tail: asyncio.Task[None] | None = None
+        # ducking: the gain later frames get, the gain the last frame got (a change ramps from it), the frames
+        # now in the source's queue at full level (so a duck can capture them again, lowered)
+        self.duck_gain = 10 ** (duck_db / 20)
+        self._gain = self._last_gain = 1.0
+        self._queued: deque[rtc.AudioFrame] = deque(maxlen=max(2, queue_ms // 10))
+        self._reduck: asyncio.Task[None] | None = None
 
     async def warmup(self) -> None:
         """Exercise the FFI capture path once on a private source (never published): the first capture in
@@ -114,11 +127,63 @@ class RtcAudioOutput(io.AudioOutput):
     # -- DuplexController side ---------------------------------------------------------------
     def silence(self, reply_id: str) -> float:
         self._silenced.add(reply_id)
-        self.source.clear_queue()
+        self._drop_queue()
         t = time.perf_counter()
         self._end_with_silence()
         self._tell_cut(reply_id)
         return t
+
+    def duck(self) -> float:
+        """Lower the agent's voice: later frames, and the queued ones (captured again, lowered)."""
+        t = time.perf_counter()
+        if self._gain != 1.0:
+            return t
+        self._gain = self.duck_gain
+        if self._reduck is None or self._reduck.done():
+            with contextlib.suppress(RuntimeError):  # no loop (closing): nothing is playing either
+                self._reduck = asyncio.get_running_loop().create_task(self._lower_queued())
+        return t
+
+    def restore(self) -> float:
+        """Back to full level from the next frame on (what is queued plays out lowered: <= the queue's length)."""
+        self._gain = 1.0
+        return time.perf_counter()
+
+    async def _lower_queued(self) -> None:
+        """Capture again, lowered and in order, what the source still holds (the frame in flight last)."""
+        async with self._capture_lock:
+            spf = self.source.sample_rate // 50
+            waiting = round(self.source.queued_duration * self.source.sample_rate / spf)
+            frames = list(self._queued)[-waiting:] if waiting > 0 else []
+            self.source.clear_queue()
+            inflight = self._inflight
+            if inflight is not None and not inflight.done() and self._inflight_frame is not None:
+                await asyncio.wait([inflight])  # the queue has room now: it lands at once; take it out again
+                self.source.clear_queue()
+                frames.append(self._inflight_frame)
+            self._queued.clear()
+            for frame in frames:
+                if self._allowed(str(frame.userdata.get("reply_id", ""))):  # not cut meanwhile
+                    await self._capture_unlocked(frame)
+
+    def _scaled(self, frame: rtc.AudioFrame) -> rtc.AudioFrame:
+        """`frame` at the current gain, ramped from the last frame's gain."""
+        start, end = self._last_gain, self._gain
+        self._last_gain = end
+        if start == end == 1.0:
+            return frame
+        pcm = np.frombuffer(frame.data, dtype=np.int16).astype(np.float32)
+        gain = np.linspace(start, end, len(pcm), dtype=np.float32) if start != end else end
+        out = np.clip(pcm * gain, -32768, 32767).astype(np.int16)
+        scaled = rtc.AudioFrame(out.tobytes(), frame.sample_rate, frame.num_channels, frame.samples_per_channel)
+        scaled.userdata.update(frame.userdata)
+        return scaled
+
+    def _drop_queue(self) -> None:
+        """A cut: the queued audio goes, and so does any duck (the next answer starts at full level)."""
+        self.source.clear_queue()
+        self._queued.clear()
+        self._gain = self._last_gain = 1.0
 
     def _tell_cut(self, reply_id: str | None) -> None:
         """Report a cut that truncated audio, once per reply (the controller's silence and the framework's
@@ -152,15 +217,19 @@ class RtcAudioOutput(io.AudioOutput):
     async def _capture(self, frame: rtc.AudioFrame) -> float:
         """Capture into the source, one at a time even across cancelled callers; returns the start time."""
         async with self._capture_lock:
-            prev = self._inflight
-            if prev is not None and not prev.done():
-                await asyncio.wait([prev])  # the source finishes it whether or not anyone awaits it
-            t_start = time.perf_counter()
-            fut = asyncio.ensure_future(self.source.capture_frame(frame))
-            fut.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved, never "never retrieved"
-            self._inflight = fut
-            await asyncio.shield(fut)
-            return t_start
+            return await self._capture_unlocked(frame)
+
+    async def _capture_unlocked(self, frame: rtc.AudioFrame) -> float:
+        prev = self._inflight
+        if prev is not None and not prev.done():
+            await asyncio.wait([prev])  # the source finishes it whether or not anyone awaits it
+        t_start = time.perf_counter()
+        fut = asyncio.ensure_future(self.source.capture_frame(self._scaled(frame)))
+        fut.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved, never "never retrieved"
+        self._inflight, self._inflight_frame = fut, frame
+        await asyncio.shield(fut)
+        self._queued.append(frame)
+        return t_start
 
     def _allowed(self, reply_id: str) -> bool:
         """The reply's gate is open: not silenced, and its speech not interrupted (the controller reads the
@@ -241,7 +310,7 @@ class RtcAudioOutput(io.AudioOutput):
             reply_id = self._finish_tasks[-1][1]
         if self.controller is not None:
             self.controller.on_clear_buffer(reply_id)
-        self.source.clear_queue()
+        self._drop_queue()
         self._end_with_silence()
         self._tell_cut(reply_id)
         finished: list[tuple[str | None, float]] = []

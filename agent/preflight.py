@@ -7,6 +7,7 @@ call are production and which are stand-ins.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import socket
 import urllib.error
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from urllib.parse import urlparse
 
 from agent.config import AgentConfig
+from agent.local.defaults import DEFAULT_CHECKPOINT_DIR
 from tts_engine.config import EngineConfig
 
 
@@ -31,6 +33,7 @@ def check_weights(engine: EngineConfig) -> Check:
     if not model_dir:
         hint = "point it at a Qwen3-TTS CustomVoice checkpoint"
         return Check("tts weights", False, f"TTS_DEEP_STREAM_MODEL_DIR is not set ({hint})")
+    # imported here: the doctor imports torch (seconds), needed only when weights are named
     from tts_engine.doctor import diagnose
 
     # the checkpoint doctor: configs against the safetensors headers (no weight is read), every problem named
@@ -74,17 +77,13 @@ def check_openai_server(
 
 
 def check_default_tts() -> Check:
-    from agent.local.defaults import DEFAULT_CHECKPOINT_DIR
-
     state = "present" if (DEFAULT_CHECKPOINT_DIR / "model.safetensors").is_file() else "generated at first start"
     why = "TTS_DEEP_STREAM_MODEL_DIR is empty; the voice babbles until it names real Qwen3-TTS weights"
     return Check("tts weights", True, f"{DEFAULT_CHECKPOINT_DIR} ({state}; {why})", "random-weight checkpoint")
 
 
 def check_default_stt() -> Check:
-    import importlib.util
-
-    from agent.local.whisper_stt import default_model_dir
+    from agent.local.whisper_stt import default_model_dir  # here: it imports livekit.agents (seconds)
 
     default = "faster-whisper tiny.en in the worker"
     if importlib.util.find_spec("faster_whisper") is None:

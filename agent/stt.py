@@ -18,13 +18,20 @@ with the turn id, by the observer.
 `recognize` = `report_request` + `attempt` + `settle`. The early transcriber (agent/early_stt.py) calls the
 three apart: it attempts an utterance at a pause, before the turn has ended, and reports to the observer only
 the attempt the turn uses, so the observer sees exactly one request and one outcome per turn either way.
+
+The caller's language: each final transcript carries `SpeechData.language`, the language the STT was told or,
+for OmniSTT, the one its transcript's script names (`language_of_text`: kana -> ja, hangul -> ko, Han -> zh; ""
+where the script says too little, e.g. Latin). `settle` hands it to `observer.on_language`, which the call
+uses to set the TTS language of its replies (agent/tts.py, docs/agent.md "The caller's language").
 """
 
 from __future__ import annotations
 
 import base64
 import logging
+import re
 import time
+import unicodedata
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -62,6 +69,7 @@ class STTObserver:
     on_request: Callable[[float], None] | None = None  # perf_counter time the utterance was sent
     on_failure: Callable[[Exception], None] | None = None
     on_result: Callable[[str], None] | None = None  # the transcript (the framework drops an empty one unseen)
+    on_language: Callable[[str], None] | None = None  # a transcript's language (ISO 639-1, "" = unknown)
 
 
 class ObservedSTT(stt.STT):
@@ -120,6 +128,8 @@ class ObservedSTT(stt.STT):
             return final_transcript("", "", language)
         if self.observer.on_result is not None:
             self.observer.on_result(outcome.alternatives[0].text if outcome.alternatives else "")
+        if self.observer.on_language is not None and outcome.alternatives and outcome.alternatives[0].text:
+            self.observer.on_language(outcome.alternatives[0].language.language)
         return outcome
 
 
@@ -206,12 +216,45 @@ class OmniSTT(ObservedSTT):
 
 
 def final_transcript(request_id: str, text: str, language: NotGivenOr[str]) -> stt.SpeechEvent:
-    lang = LanguageCode(language if isinstance(language, str) and language else "")
+    """A final transcript in `language` (the one the STT was told), else in the language its script names."""
+    lang = LanguageCode(language if isinstance(language, str) and language else language_of_text(text))
     return stt.SpeechEvent(
         type=stt.SpeechEventType.FINAL_TRANSCRIPT,
         request_id=request_id,
         alternatives=[stt.SpeechData(language=lang, text=text)],
     )
+
+
+def language_of_text(text: str) -> str:
+    """The ISO 639-1 code a transcript's script names: "ja" for any kana, else "ko" for hangul, else "zh" for Han
+    ideographs, each only when they outnumber the words in other letters ("我用iPhone" is zh); "" otherwise (Latin,
+    Cyrillic and the rest are shared by many languages: the TTS then decides from the text)."""
+    counts = {"kana": 0, "hangul": 0, "han": 0}
+    other_words = 0
+    for word in re.findall(r"[^\W\d_]+", text):
+        kinds = [_script(ch) for ch in word]
+        for kind in kinds:
+            if kind:
+                counts[kind] += 1
+        other_words += not all(kinds)
+    if counts["kana"] and counts["kana"] + counts["han"] >= other_words:
+        return "ja"
+    if counts["hangul"] and counts["hangul"] >= other_words:
+        return "ko"
+    if counts["han"] and counts["han"] >= other_words:
+        return "zh"
+    return ""
+
+
+def _script(ch: str) -> str:
+    name = unicodedata.name(ch, "")
+    if name.startswith(("HIRAGANA", "KATAKANA")):
+        return "kana"
+    if name.startswith("HANGUL"):
+        return "hangul"
+    if name.startswith(("CJK UNIFIED IDEOGRAPH", "CJK COMPATIBILITY IDEOGRAPH")):
+        return "han"
+    return ""
 
 
 def frame_16k(buffer: utils.AudioBuffer) -> rtc.AudioFrame:

@@ -1,21 +1,25 @@
-"""Per-turn latency traces: nine points per turn plus interruption records, one JSON line per turn.
+"""Per-turn latency traces: the nine points of a user turn, its turn decision, pauses, early answers thrown away,
+overlaps and interruptions; one JSON line per user turn.
 
-Contract (schema in traces/README.md, `schema: 1`):
-- All points are `time.perf_counter()` seconds on this host (the engine's `Packet.t_ready` uses the same
-  clock), stored relative to the turn's t0 = `vad_speech_end`. A turn is opened when the user turn ends,
-  so every point except `vad_speech_start` (the user's speech, before t0) and `stt_request` is >= 0, and the
-  nine points are non-decreasing in `POINTS` order on a healthy turn, except `stt_request`: the early
-  transcriber (agent/early_stt.py) sends the utterance at the pause, so it may lie before t0 (never before
-  `vad_speech_start` nor after `stt_done`).
-- The first mark of a point wins (a retried STT request does not move `stt_request`).
-- `TraceCollector.finish(turn)` appends the record to `<traces_dir>/<UTC date>.jsonl` (one lock per
-  process, since THREAD-executor sessions share the file) and keeps it in memory for the simulator.
-Everything else in the agent only calls `mark()`; nothing here knows LiveKit.
+Contract (schema in traces/README.md, `schema: 2`):
+- All points are `time.perf_counter()` seconds on this host (the engine's `Packet.t_ready` uses the same clock),
+  stored relative to the turn's t0 = its last `vad_speech_end`. A user turn may hold pauses (the user spoke
+  again before the turn was committed): `resume()` records each and clears the utterance's STT points, and the
+  next end of speech moves t0 (`end_of_speech`).
+- The first mark of a point wins (a retried STT request does not move `stt_request`); `Reply.points` (agent/reply.py)
+  carries an answer's own LLM/TTS points until it is the turn's answer (`adopt`).
+- `complete()` is the truth check of a record: every point present, the nine in order (but `stt_request`, sent at
+  the pause, may precede t0), no LLM request before the transcript, and no audio before the turn was committed.
+- `Outcome` is the turn's lifecycle end, one enum; its value is the JSON string.
+- `TraceCollector.finish(turn)` appends the record to `<traces_dir>/<UTC date>.jsonl` (one lock per process,
+  since THREAD-executor sessions share the file), keeps it in memory for the simulator, and hands it to `sinks`.
+Nothing here knows LiveKit.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import json
 import logging
 import threading
@@ -27,7 +31,7 @@ from typing import Any
 
 logger = logging.getLogger("agent.tracing")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 POINTS: tuple[str, ...] = (
     "vad_speech_start",
@@ -40,6 +44,12 @@ POINTS: tuple[str, ...] = (
     "tts_first_packet",
     "first_frame_published",
 )
+#: The agent's turn decision: the user turn committed (answered from here on). Not in the nine's order: an early
+#: answer (its LLM and TTS points) may start before it, but no audio is heard before it.
+TURN_COMMITTED = "turn_committed"
+ALL_POINTS: tuple[str, ...] = (*POINTS, TURN_COMMITTED)
+#: An answer's own points, carried on its Reply until it is the turn's answer.
+ANSWER_POINTS: tuple[str, ...] = POINTS[4:]
 
 #: Named segments between consecutive points (what the review tool prints P50/P95 for).
 SEGMENTS: tuple[tuple[str, str, str], ...] = (
@@ -52,9 +62,25 @@ SEGMENTS: tuple[tuple[str, str, str], ...] = (
     ("tts_ttfa", "tts_first_text", "tts_first_packet"),
     ("tts_first_to_publish", "tts_first_packet", "first_frame_published"),
     ("e2e", "vad_speech_end", "first_frame_published"),
+    ("end_of_turn", "vad_speech_end", TURN_COMMITTED),
 )
 
+
+class Outcome(enum.Enum):
+    """How a user turn ended (the record's `outcome`)."""
+
+    OPEN = "open"  # not finished yet (never written)
+    ANSWERED = "answered"  # its answer played to the end
+    INTERRUPTED = "interrupted"  # its answer was cut (before or after its first frame)
+    NO_TRANSCRIPT = "no_transcript"  # the VAD heard speech, STT gave no words
+    UNANSWERED = "unanswered"  # words, but no answer before the user spoke again or the call ended
+    ERROR = "error"  # a failure (listed in `errors`) left it without a full answer
+    WORKER_LOST = "worker_lost"  # the worker died with the turn open (closed for it by the next one)
+
 _file_lock = threading.Lock()
+
+#: called with every finished record, after it is written (agent/trace_otel.py adds one: the record as spans)
+SINKS: list[Callable[[dict[str, Any]], None]] = []
 
 
 @dataclass
@@ -71,6 +97,34 @@ class Interruption:
 
 
 @dataclass
+class Pause:
+    """A pause the user made inside the turn: their speech ended, the turn was not committed, they went on."""
+
+    ended: float  # perf_counter of the end of speech before the pause
+    resumed: float  # perf_counter of the next start of speech
+    stt_points: dict[str, float] = field(default_factory=dict)  # the STT points of the words before the pause
+
+
+@dataclass
+class Discarded:
+    """An answer prepared early (on the transcript, before the turn was committed) and thrown away unheard."""
+
+    started: float  # its LLM request (perf_counter), or when its speech was created
+    reason: str  # "user went on" | "transcript changed" | ...
+
+
+@dataclass
+class OverlapRecord:
+    """The caller spoke over this turn's answer: ducked at `onset`, then restored or cut at `decided`."""
+
+    onset: float
+    decided: float | None = None
+    verdict: str = ""  # backchannel | empty | request | long | ended (the answer ended first)
+    restored: bool = False
+    text_chars: int = 0
+
+
+@dataclass
 class TurnTrace:
     session_id: str
     turn_id: str
@@ -83,18 +137,21 @@ class TurnTrace:
     segments_sent: int = 0
     playout_gaps: int = 0  # times the reply's audio queue ran dry mid-segment (a stutter the listener hears)
     playout_gap_ms: float = 0.0
-    # open | answered | interrupted | no_transcript | error | unanswered (a transcript, no reply: the user
-    # spoke again before the agent answered and the next turn carries it; never "error" without an error)
-    outcome: str = "open"
+    outcome: Outcome = Outcome.OPEN  # never ERROR without an entry in `errors`
     errors: list[str] = field(default_factory=list)
     interruptions: list[Interruption] = field(default_factory=list)
+    pauses: list[Pause] = field(default_factory=list)
+    discarded: list[Discarded] = field(default_factory=list)
+    overlaps: list[OverlapRecord] = field(default_factory=list)
+    turn_decision: dict[str, Any] = field(default_factory=dict)  # how the end of turn was judged (agent/end_of_turn.py)
+    reply_id: str = ""  # the answer's id (its speech's; the frames it published carry it)
     finished: bool = False
     # called with (point, t) when a point is first marked, inside the code that marks it (agent.tools.stress_instants)
     observer: Callable[[str, float], None] | None = field(default=None, repr=False, compare=False)
 
     def mark(self, point: str, t: float | None = None) -> None:
-        if point not in POINTS:
-            raise ValueError(f"unknown trace point {point!r}; valid points: {', '.join(POINTS)}")
+        if point not in ALL_POINTS:
+            raise ValueError(f"unknown trace point {point!r}; valid points: {', '.join(ALL_POINTS)}")
         if point not in self.points:
             self.points[point] = time.perf_counter() if t is None else t
             if self.observer is not None:
@@ -107,18 +164,51 @@ class TurnTrace:
         t = self.points.get(point)
         return None if t is None else t - self.t0
 
+    def resume(self, t: float) -> None:
+        """The user spoke again before the turn was committed: a pause inside the turn. The next utterance's STT
+        points replace this one's."""
+        stt = {p: self.points.pop(p) for p in ("stt_request", "stt_done") if p in self.points}
+        self.pauses.append(Pause(ended=self.points["vad_speech_end"], resumed=t, stt_points=stt))
+
+    def no_new_words(self) -> None:
+        """The utterance after the last pause brought no words (nothing transcribed, or STT failed): the turn's
+        transcript is still the one before it, and so are its STT points."""
+        if self.pauses and "stt_done" not in self.points:
+            self.points.update(self.pauses[-1].stt_points)
+
+    def end_of_speech(self, t: float, wall_t: float) -> None:
+        """The user's speech ended again (after a pause): t0 moves here."""
+        self.t0, self.wall_t0 = t, wall_t
+        self.points["vad_speech_end"] = t
+
+    def adopt(self, reply_id: str, points: dict[str, float], chars: int = 0, segments: int = 0) -> None:
+        """Take an answer's id, points and text counts (agent/reply.py) as this turn's (points it has not marked)."""
+        self.reply_id = self.reply_id or reply_id
+        for point in ANSWER_POINTS:
+            if point in points:
+                self.mark(point, points[point])
+        self.reply_chars, self.segments_sent = max(self.reply_chars, chars), max(self.segments_sent, segments)
+
     def complete(self) -> bool:
-        """All nine points present and in order: non-decreasing in POINTS order, except that `stt_request` may
-        precede `vad_speech_end` (sent at the pause: see the module docstring)."""
-        if any(p not in self.points for p in POINTS):
-            return False
-        values = [self.points[p] for p in POINTS if p != "stt_request"]
-        in_order = all(b >= a for a, b in zip(values, values[1:], strict=False))
+        """The record tells a whole, consistent story: every point present; the nine non-decreasing in POINTS
+        order except `stt_request` (sent at the pause, it may precede `vad_speech_end`, never `vad_speech_start`
+        nor follow `stt_done`); the LLM asked only once the transcript existed; no audio before the commit."""
         points = self.points
-        return in_order and points["vad_speech_start"] <= points["stt_request"] <= points["stt_done"]
+        if any(p not in points for p in ALL_POINTS):
+            return False
+        values = [points[p] for p in POINTS if p != "stt_request"]
+        in_order = all(b >= a for a, b in zip(values, values[1:], strict=False))
+        return (
+            in_order
+            and points["vad_speech_start"] <= points["stt_request"] <= points["stt_done"]
+            and points["stt_done"] <= points[TURN_COMMITTED] <= points["first_frame_published"]
+        )
 
     def to_record(self) -> dict[str, Any]:
-        points = {p: round(self.points[p] - self.t0, 6) for p in POINTS if p in self.points}
+        def rel(t: float) -> float:
+            return round(t - self.t0, 6)
+
+        points = {p: rel(self.points[p]) for p in ALL_POINTS if p in self.points}
         segments: dict[str, float] = {}
         for name, start, end in SEGMENTS:
             if start in self.points and end in self.points:
@@ -148,13 +238,27 @@ class TurnTrace:
             "points": points,
             "segments_ms": segments,
             "complete": self.complete(),
-            "outcome": self.outcome,
+            "outcome": self.outcome.value,
             "user_text_chars": len(self.user_text),
             "reply_text_chars": self.reply_chars,
             "tts_segments": self.segments_sent,
             "playout_gaps": self.playout_gaps,
             "playout_gap_ms": round(self.playout_gap_ms, 1),
             "interruptions": interruptions,
+            "pauses": [{"at": rel(p.ended), "ms": round((p.resumed - p.ended) * 1000.0, 1)} for p in self.pauses],
+            "discarded": [{"at": rel(d.started), "reason": d.reason} for d in self.discarded],
+            "overlaps": [
+                {
+                    "onset": rel(o.onset),
+                    "decided": None if o.decided is None else rel(o.decided),
+                    "verdict": o.verdict,
+                    "restored": o.restored,
+                    "text_chars": o.text_chars,
+                }
+                for o in self.overlaps
+            ],
+            "turn_decision": dict(self.turn_decision),
+            "reply_id": self.reply_id,
             "errors": list(self.errors),
         }
 
@@ -170,11 +274,12 @@ class TraceCollector:
         clock: Callable[[], float] = time.perf_counter,
         on_record: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
+        """`on_record` (and each of `sinks`, e.g. the OpenTelemetry export) is called with every written record."""
         self.session_id = session_id
         # None or "" (TRACES_DIR= empty): keep records in memory only, never write into the working directory
         self.traces_dir = Path(traces_dir) if traces_dir else None
         self.clock = clock
-        self.on_record = on_record
+        self.sinks: list[Callable[[dict[str, Any]], None]] = [on_record] if on_record is not None else []
         self.records: list[dict[str, Any]] = []
         self.current: TurnTrace | None = None
         self._pending_speech_start: float | None = None
@@ -187,8 +292,8 @@ class TraceCollector:
         self._pending_speech_start = self.clock() if t is None else t
 
     def open_turn(self, t_end: float | None = None, *, hold_previous: bool = False) -> TurnTrace:
-        """The user turn ended (VAD end of speech): finish the previous turn and open the next one.
-        `hold_previous`: the previous turn's reply is still in flight; its owner finishes it later."""
+        """A user turn's speech ended (VAD end of speech) and no turn was pending: finish the previous turn and open
+        the next one. `hold_previous`: the previous turn's answer is still in flight; its owner finishes it later."""
         t_end = self.clock() if t_end is None else t_end
         if self.current is not None and not self.current.finished:
             if hold_previous:
@@ -202,7 +307,7 @@ class TraceCollector:
             turn_id=f"{self.session_id}-t{self._count}",
             index=self._count,
             t0=t_end,
-            wall_t0=time.time() - (self.clock() - t_end),
+            wall_t0=self.wall(t_end),
             observer=self.on_mark,
         )
         start = self._pending_speech_start
@@ -211,6 +316,10 @@ class TraceCollector:
         self._pending_speech_start = None
         self.current = turn
         return turn
+
+    def wall(self, t: float) -> float:
+        """Unix time of perf_counter time `t`."""
+        return time.time() - (self.clock() - t)
 
     def mark(self, point: str, t: float | None = None) -> None:
         """Mark on the current turn (no-op before the first turn, e.g. an agent greeting)."""
@@ -222,17 +331,20 @@ class TraceCollector:
         if turn.finished:
             return None
         turn.finished = True
-        if turn.outcome == "open":
+        if turn.outcome is Outcome.OPEN:
             if turn.has("first_frame_published"):
-                turn.outcome = "answered"
+                turn.outcome = Outcome.ANSWERED
             else:
-                turn.outcome = "unanswered" if turn.user_text else "no_transcript"
+                turn.outcome = Outcome.UNANSWERED if turn.user_text else Outcome.NO_TRANSCRIPT
         record = turn.to_record()
         self.records.append(record)
         if self.traces_dir is not None:
             self._append(record)
-        if self.on_record is not None:
-            self.on_record(record)
+        for sink in (*self.sinks, *SINKS):  # this collector's, then the process's (agent/trace_otel.py)
+            try:
+                sink(record)
+            except Exception:  # a sink (an exporter) must never end a call
+                logger.exception("trace sink %r failed on %s", sink, record["turn_id"])
         return record
 
     def close(self) -> None:

@@ -18,6 +18,11 @@ Two text paths, chosen by `text_input` (AgentConfig.tts_text_input, TTS_TEXT_INP
   closed and the rest of the reply goes through the segment path after it. Backends without `open_text_stream`
   (the remote one) use segments.
 
+The language of a reply: `TTS_LANGUAGE` when it names one; with "auto" (the default) the caller's language,
+which the call hands over with each transcript (`follow_caller`, ISO 639-1 from the STT) and which a reply takes
+when it starts: the Qwen3-TTS name for the ten languages it speaks (zh -> chinese, ...), "auto" for any other or
+an unknown one (the model then decides from the text). A language the loaded model does not list is "auto" too.
+
 Pipelining: a producer task runs the bridge's segments through the engine one after another into an
 unbounded frame queue, so segment N+1 is synthesised while segment N plays (no gap between
 segments). Cancellation: cancelling the producer (the DuplexController does on barge-in, the
@@ -42,8 +47,13 @@ from livekit.agents import DEFAULT_API_CONNECT_OPTIONS, APIConnectOptions, APIEr
 
 from agent.bridge import BridgeOptions, TextBridge
 from agent.engine_client import SAMPLE_RATE, TTSBackend
+from tts_engine.errors import TextFeedFull
 
 logger = logging.getLogger("agent.tts")
+
+#: ISO 639-1 -> the language names Qwen3-TTS takes (shared/reference/qwen3_tts.md: codec_language_id)
+QWEN_LANGUAGES = {"zh": "chinese", "en": "english", "ja": "japanese", "ko": "korean", "de": "german",
+                  "fr": "french", "es": "spanish", "it": "italian", "pt": "portuguese", "ru": "russian"}
 
 
 @dataclass
@@ -112,7 +122,8 @@ class QwenTTS(tts.TTS):
             raise ValueError(f"frame_ms={frame_ms} does not give whole samples at {SAMPLE_RATE} Hz")
         self.backend = backend
         self.speaker = speaker
-        self.language = language
+        self.language = language  # configured (TTS_LANGUAGE); "auto" follows the caller
+        self.caller_language = "auto"  # the Qwen3-TTS name of the caller's language, set by follow_caller
         self.frame_ms = frame_ms
         self.samples_per_frame = SAMPLE_RATE * frame_ms // 1000
         self.bridge_options = bridge_options or BridgeOptions()
@@ -128,6 +139,19 @@ class QwenTTS(tts.TTS):
     def provider(self) -> str:
         return "tts_engine"
 
+    # -- the caller's language -----------------------------------------------------------------
+    def follow_caller(self, code: str) -> None:
+        """The caller spoke `code` (ISO 639-1, e.g. "zh" or "zh-CN"; "" = unknown): the next replies use its
+        Qwen3-TTS name, or "auto" where the model does not speak it."""
+        name = QWEN_LANGUAGES.get(code.split("-")[0].strip().lower(), "auto")
+        known = getattr(getattr(self.backend, "engine", None), "languages", None)
+        self.caller_language = name if known is None or name in known else "auto"
+
+    @property
+    def reply_language(self) -> str:
+        """The language a reply starting now is spoken in."""
+        return self.caller_language if self.language == "auto" else self.language
+
     # -- the core ----------------------------------------------------------------------------
     async def _synthesize_segments(
         self,
@@ -136,7 +160,9 @@ class QwenTTS(tts.TTS):
         *,
         reply_id: str,
         hooks: SynthesisHooks,
+        language: str | None = None,
     ) -> None:
+        language = language or self.reply_language
         first_text = first_packet = True
         async for segment in segments:
             if first_text:
@@ -145,7 +171,7 @@ class QwenTTS(tts.TTS):
                     hooks.on_first_text(time.perf_counter())
             if hooks.on_segment:
                 hooks.on_segment(segment)
-            stream = self.backend.stream(segment, speaker=self.speaker, language=self.language)
+            stream = self.backend.stream(segment, speaker=self.speaker, language=language)
             async with contextlib.aclosing(stream):  # type: ignore[type-var]
                 on_first = hooks.on_first_packet if first_packet else None
                 first_packet = not await self._play(stream, reply_id, emit, on_first) and first_packet
@@ -175,18 +201,18 @@ class QwenTTS(tts.TTS):
 
     async def _synthesize(self, text: AsyncIterable[str], emit: Callable[[rtc.AudioFrame], None], *,
                           reply_id: str, hooks: SynthesisHooks) -> None:
-        """The reply's text, by the configured path."""
+        """The reply's text, by the configured path, in the language the reply starts with."""
+        language = self.reply_language
         if self.text_input == "tokens":
-            await self._synthesize_tokens(text, emit, reply_id=reply_id, hooks=hooks)
+            await self._synthesize_tokens(text, emit, reply_id=reply_id, hooks=hooks, language=language)
         else:
-            await self._synthesize_segments(self._segments(text), emit, reply_id=reply_id, hooks=hooks)
+            await self._synthesize_segments(self._segments(text), emit, reply_id=reply_id, hooks=hooks,
+                                            language=language)
 
     async def _synthesize_tokens(self, text: AsyncIterable[str], emit: Callable[[rtc.AudioFrame], None], *,
-                                 reply_id: str, hooks: SynthesisHooks) -> None:
+                                 reply_id: str, hooks: SynthesisHooks, language: str) -> None:
         """LLM text pushed into one streaming-text engine stream as it arrives; packets out as they exist."""
-        from tts_engine.errors import TextFeedFull
-
-        stream = self.backend.open_text_stream(speaker=self.speaker, language=self.language)  # type: ignore[attr-defined]
+        stream = self.backend.open_text_stream(speaker=self.speaker, language=language)  # type: ignore[attr-defined]
         rest: list[str] = []  # text past what the stream can speak: the segment path takes it afterwards
 
         pushed: list[str] = []
@@ -227,7 +253,8 @@ class QwenTTS(tts.TTS):
                     yield chunk
 
             later = SynthesisHooks(on_segment=hooks.on_segment, on_task=hooks.on_task, on_error=hooks.on_error)
-            await self._synthesize_segments(self._segments(remaining()), emit, reply_id=reply_id, hooks=later)
+            await self._synthesize_segments(self._segments(remaining()), emit, reply_id=reply_id, hooks=later,
+                                            language=language)
 
     async def _segments(self, text: AsyncIterable[str]) -> AsyncIterator[str]:
         """TextBridge over a text stream, read in its own task so synthesis never waits on the LLM."""

@@ -1,31 +1,21 @@
 """One call: the AgentSession and everything wired into it (used by the worker and by the simulator).
 
-`Call(cfg, vad=, backend=)` builds: TraceCollector + DuplexController, RtcAudioOutput (owns the
-AudioSource), OmniSTT, the vLLM LLM (+ continuation LLM), QwenTTS over the engine backend, and
-`VoiceAgent`, whose node overrides put the trace points and the cancel registry in the data path:
-- `stt_node` wraps the default (VAD + EarlyTranscriber, or LiveKit's StreamAdapter with `STT_EARLY_MS=off`):
-  START/END_OF_SPEECH and the final transcript drive `vad_speech_start`, `vad_speech_end` (opens the turn) and
-  `stt_done`.
-- `llm_node` marks `llm_request` / `llm_first_token`, registers the stream for the cascade, resumes a
-  capped answer (agent/llm.py) and turns an LLM failure into a short spoken apology (logged once with
-  the turn id), so the call stays responsive and the framework's error counter resets.
-- `tts_node` yields QwenTTS's exact 20 ms frames tagged with the reply id; marks `tts_first_text`
-  and `tts_first_packet`; the producer task is registered for the cascade.
-Barge-in: every speech is registered with the DuplexController in the `speech_created` handler,
-before any of its nodes runs, with the public `SpeechHandle.interrupted` flag (read before every frame)
-and `SpeechHandle.add_done_callback` (the speech's end closes whatever its reply still holds). So an
-interruption at any instant, 0 ms after the speech was created included, reaches the controller: a node
-of an interrupted speech gets a closed reply and produces nothing. Three private reads remain, all
-through agent/livekit_internals.py (its docstring names them, the version they were checked against and
-each fallback), because 1.8.9 has no public equivalent: which speech runs this node
-(`current_speech_handle`; `session.current_speech` is still the previous speech while the LLM node
-starts), the moment of the interrupt decision (`interrupt_future`, so the cascade and its cancel->silence
-stamp happen then rather than when the reply task next wakes) and its reason (`interrupt_source`, for
-the trace). Without them (logged once) the public flag and done callback still end every reply correctly.
-
-Session options (docs/agent.md explains each): turn detection "vad", interruption mode "vad" with
-`INTERRUPT_MIN_SPEECH_S`, `resume_false_interruption` from config (off by default), preemptive generation
-off (a non-streaming STT gives no early transcript to use), `aec_warmup_duration` = `AEC_WARMUP_S` or None.
+- `Call(cfg, vad=, backend=)` builds the trace collector, the audio output (owns the AudioSource), the
+  DuplexController over both, the STT (OmniSTT or the embedded whisper), the LLM (+ continuation), QwenTTS over the
+  engine, the turn handling of `TURN_HANDLING` (`turn_handling()`), and `VoiceAgent`, whose node overrides put
+  the trace points and the cancel registry in the data path:
+  - `stt_node` wraps the default (VAD + EarlyTranscriber): START/END_OF_SPEECH and the final transcript reach the
+    controller (and the end-of-turn detector, which also hears the caller's audio); a transcript the controller
+    judges a backchannel or a noise over the agent's answer is dropped here, so the framework never answers it;
+  - `on_user_turn_completed` marks the turn's commit (the agent's turn decision);
+  - `llm_node` marks the answer's LLM points, registers its stream for the cascade, resumes a capped answer
+    (agent/llm.py) and turns an LLM failure into a short spoken apology;
+  - `tts_node` yields QwenTTS's exact 20 ms frames tagged with the speech id; the producer task is registered.
+- Every speech is registered with the controller in the `speech_created` handler, before any of its nodes runs,
+  with its public `interrupted` flag, `scheduled` flag, `interrupt()` and done callback; the moment of the
+  framework's interrupt decision and its reason come through agent/livekit_internals.py (the only user of private
+  LiveKit names).
+- Process-wide tuning lives in agent/process_tuning.py; the apology after a failed turn is `Apology`.
 """
 
 from __future__ import annotations
@@ -39,15 +29,18 @@ from typing import TYPE_CHECKING, Any
 
 from livekit import rtc
 from livekit.agents import (
-    NOT_GIVEN,
     Agent,
     AgentSession,
     APIConnectOptions,
     ModelSettings,
+    SpeechCreatedEvent,
+    UserStateChangedEvent,
     llm,
     stt,
     vad,
 )
+from livekit.agents.inference import TurnDetector
+from livekit.agents.voice import room_io
 from livekit.agents.voice.agent_session import SessionConnectOptions
 
 from agent import livekit_internals
@@ -55,12 +48,15 @@ from agent.config import AgentConfig
 from agent.cut_notice import CutNotice
 from agent.duplex import DuplexController
 from agent.early_stt import EarlyTranscriber
+from agent.end_of_turn import EndOfTurn
 from agent.engine_client import TTSBackend
 from agent.llm import build_llm, history_for_request, llm_client, stream_with_continuation
+from agent.local.whisper_stt import WhisperSTT
 from agent.output import FrameRecord, RtcAudioOutput
+from agent.process_tuning import release_free_memory
 from agent.reply import Reply
 from agent.stt import ObservedSTT, OmniSTT, STTObserver
-from agent.tracing import TraceCollector
+from agent.tracing import TraceCollector, TurnTrace
 from agent.tts import QwenTTS, SynthesisHooks
 
 if TYPE_CHECKING:
@@ -69,8 +65,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("agent.voice")
 
 
-# -- LiveKit private state, only through agent/livekit_internals.py (see the module docstring for why) --
-def _speech_of_node(agent: Agent) -> str | None:
+def _speech_of_node(agent: Agent) -> str:
     """The id of the speech whose task runs the calling node."""
     handle: Any = livekit_internals.current_speech_handle()
     if handle is None:
@@ -78,66 +73,52 @@ def _speech_of_node(agent: Agent) -> str | None:
             handle = agent.session.current_speech
         except RuntimeError:
             handle = None
-    return handle.id if handle is not None else None
-
-
-_CAUSES = {"audio_activity": "vad", "user_turn": "user_turn", "programmatic": "api"}
-
-
-def _interrupt_cause(handle: Any) -> str:
-    """Why the framework interrupted `handle` (its first interrupt's `source`): vad | user_turn | api."""
-    return _CAUSES.get(str(livekit_internals.interrupt_source(handle)), "interrupted")
-
-
-GIL_SWITCH_INTERVAL_S = 0.0005
-
-
-def tune_runtime(switch_interval_s: float = GIL_SWITCH_INTERVAL_S) -> None:
-    """Process-wide latency settings; call once after the heavy imports/loads (worker prewarm, simulator).
-
-    - GIL switch interval 0.5 ms (CPython's default is 5 ms): the engine's worker thread runs Python
-      between kernels, and every loop hop between "packet ready" and "frame captured" could otherwise
-      wait up to 5 ms for the GIL.
-    - `gc.freeze()`: moves everything allocated so far (torch, models, livekit) out of the collector's
-      reach. Measured on the simulator: full (gen 2) collections over that heap paused the event loop
-      for 100-370 ms, the only source of >20 ms outliers in tts_first->publish.
-    """
-    import gc
-    import sys
-
-    sys.setswitchinterval(switch_interval_s)
-    gc.collect()
-    gc.freeze()
-
-
-def release_free_memory() -> bool:
-    """Hand the C heap's free pages back to the OS (glibc `malloc_trim(0)`); False where there is no glibc.
-
-    Called when a call ends: a call's buffers (audio frames, events, transcripts) are freed then, but glibc keeps
-    the freed pages, fragmented between live blocks, so a worker's RSS would stay at its busiest call's
-    high-water mark for the rest of its life. The soak (`python -m agent.tools.stress --turns`) measures the effect.
-    """
-    import ctypes
-    import ctypes.util
-    import sys
-
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):  # musl and other libcs have no malloc_trim
-        return False
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    trim(0)
-    return True
+    return handle.id if handle is not None else f"speech-{uuid.uuid4().hex[:8]}"
 
 
 def _event_time(ev: stt.SpeechEvent) -> float:
     """perf_counter time at which the STT adapter created `ev` (its `created_at` is wall-clock)."""
     now_perf, now_wall = time.perf_counter(), time.time()
     return now_perf - min(max(0.0, now_wall - ev.created_at), 1.0)
+
+
+def turn_handling(cfg: AgentConfig, detector: EndOfTurn | None) -> dict[str, Any]:
+    """The session's turn handling for `TURN_HANDLING` (docs/agent.md, "Turn-taking"):
+    - `vad`: silence alone ends the turn (the VAD's hangover + `MIN_ENDPOINTING`); speech over the agent for
+      `INTERRUPT_MIN_SPEECH_S` cuts it; nothing prepared early.
+    - `livekit`: LiveKit's own defaults, with its local audio turn detector: endpointing 0.5 / 3.0 s,
+      interruption after 0.5 s of speech that pauses and resumes when no words follow, preemptive generation.
+    - `ours`: `detector` (voice + words) chooses the wait: `MIN_ENDPOINTING`, `EOT_MEDIUM_DELAY_S` or
+      `EOT_MAX_DELAY_S`; the answer is prepared on the transcript, LLM and TTS, and heard only once the turn is
+      committed; speech over the agent ducks it and is judged (agent/duplex.py); speech longer than
+      `OVERLAP_CONFIRM_S` cuts it whatever its words."""
+    if cfg.turn_handling == "livekit":
+        return {"turn_detection": TurnDetector(version="v1-mini"), "interruption": {"mode": "vad"}}
+    if cfg.turn_handling == "ours":
+        assert detector is not None
+        return {
+            "turn_detection": detector,
+            "endpointing": {"mode": "fixed", "min_delay": cfg.min_endpointing, "max_delay": cfg.eot_max_delay_s},
+            "interruption": {
+                "enabled": True,
+                "mode": "vad",
+                "min_duration": cfg.overlap_confirm_s,
+                "resume_false_interruption": False,
+            },
+            "preemptive_generation": {"enabled": True, "preemptive_tts": True},
+        }
+    return {
+        "turn_detection": "vad",
+        "endpointing": {"mode": "fixed", "min_delay": cfg.min_endpointing},
+        "interruption": {
+            "enabled": True,
+            "mode": "vad",
+            "min_duration": cfg.interrupt_min_speech_s,
+            "resume_false_interruption": cfg.resume_false_interruption,
+            "false_interruption_timeout": cfg.false_interruption_timeout_s,
+        },
+        "preemptive_generation": {"enabled": False},
+    }
 
 
 class VoiceAgent(Agent):
@@ -148,16 +129,34 @@ class VoiceAgent(Agent):
     async def stt_node(
         self, audio: AsyncIterable[rtc.AudioFrame], model_settings: ModelSettings
     ) -> AsyncIterator[stt.SpeechEvent | str]:
-        controller = self.call.controller
-        async for ev in Agent.default.stt_node(self, audio, model_settings):
+        controller, detector = self.call.controller, self.call.end_of_turn
+        heard = audio
+        if detector is not None:
+
+            async def heard_too() -> AsyncIterator[rtc.AudioFrame]:
+                async for frame in audio:
+                    detector.feed(frame)
+                    yield frame
+
+            heard = heard_too()
+        async for ev in Agent.default.stt_node(self, heard, model_settings):
             if isinstance(ev, stt.SpeechEvent):
                 if ev.type == stt.SpeechEventType.START_OF_SPEECH:
                     controller.on_user_speech_started(_event_time(ev))
+                    if detector is not None:
+                        detector.on_speech_started()
                 elif ev.type == stt.SpeechEventType.END_OF_SPEECH:
-                    controller.on_user_turn_ended(_event_time(ev))
+                    if detector is not None:
+                        detector.on_speech_ended()
+                    controller.on_user_speech_ended(_event_time(ev))
                 elif ev.type == stt.SpeechEventType.FINAL_TRANSCRIPT:
-                    controller.on_transcript(ev.alternatives[0].text if ev.alternatives else "")
+                    text = ev.alternatives[0].text if ev.alternatives else ""
+                    if not controller.on_transcript(text):
+                        continue  # a backchannel or a noise over the agent: not a turn
             yield ev
+
+    async def on_user_turn_completed(self, turn_ctx: llm.ChatContext, new_message: llm.ChatMessage) -> None:
+        self.call.controller.on_turn_committed(text=new_message.text_content or "")
 
     async def llm_node(
         self, chat_ctx: llm.ChatContext, tools: list[llm.Tool], model_settings: ModelSettings
@@ -165,10 +164,8 @@ class VoiceAgent(Agent):
         call = self.call
         reply = call.controller.begin_reply(_speech_of_node(self))
         if reply.closed:
-            return  # the speech was interrupted before this node started
-        turn = reply.turn
-        if turn is not None:
-            turn.mark("llm_request")
+            return  # the speech was interrupted (or thrown away) before this node started
+        reply.mark("llm_request", time.perf_counter())
         sent_text = False
         try:
             async for chunk in stream_with_continuation(
@@ -181,35 +178,31 @@ class VoiceAgent(Agent):
                 on_stream=lambda s: reply.add_llm_stream(s.aclose),
             ):
                 if chunk.delta is not None and chunk.delta.content:
-                    if turn is not None:
-                        turn.mark("llm_first_token")
+                    reply.mark("llm_first_token", time.perf_counter())
                     sent_text = True
                 yield chunk
                 await asyncio.sleep(0)  # let the TTS side run between chunks
         except Exception as exc:
-            if reply.interruption is not None:
+            if reply.closed:
                 return  # closed by the cascade: not an error
             call.report_error(reply, "llm", exc)
             if not sent_text:
-                if turn is not None:
-                    turn.mark("llm_first_token")
+                reply.mark("llm_first_token", time.perf_counter())
                 yield call.cfg.apology_text
 
     async def tts_node(self, text: AsyncIterable[str], model_settings: ModelSettings) -> AsyncIterator[rtc.AudioFrame]:
         call = self.call
         reply = call.controller.begin_reply(_speech_of_node(self))
         if reply.closed:
-            return  # interrupted before this node started: not one frame
-        turn = reply.turn
+            return  # interrupted (or thrown away) before this node started: not one frame
 
         def on_segment(segment: str) -> None:
-            if turn is not None:
-                turn.reply_chars += len(segment)
-                turn.segments_sent += 1
+            reply.chars += len(segment)
+            reply.segments += 1
 
         hooks = SynthesisHooks(
-            on_first_text=(lambda t: turn.mark("tts_first_text", t)) if turn is not None else None,
-            on_first_packet=(lambda t: turn.mark("tts_first_packet", t)) if turn is not None else None,
+            on_first_text=lambda t: reply.mark("tts_first_text", t),
+            on_first_packet=lambda t: reply.mark("tts_first_packet", t),
             on_segment=on_segment,
             on_task=reply.add_tts_task,
             on_error=lambda exc: call.report_error(reply, "tts", exc),
@@ -222,10 +215,44 @@ def room_options(cfg: AgentConfig) -> room_io.RoomOptions:
     """The session's room I/O: our own audio output (RtcAudioOutput publishes the agent's track), the caller's
     audio in `INPUT_FRAME_MS` frames (LiveKit's 50 ms default delays the VAD's end of speech), and no close on
     the caller's disconnect: agent/callers.py decides which caller is heard and when the call is over."""
-    from livekit.agents.voice import room_io
-
     audio_input = room_io.AudioInputOptions(frame_size_ms=cfg.input_frame_ms)
     return room_io.RoomOptions(audio_input=audio_input, audio_output=False, close_on_disconnect=False)
+
+
+class Apology:
+    """A short spoken apology after a failed turn, said once at a time, and only once the session's own VAD has
+    ended the caller's speech too: the STT adapter's VAD (whose end of speech opened the failed turn) and the
+    session's run apart and drift under load, and an apology said while the session's VAD still hears the turn
+    would be cut by that VAD's next hangover inference before its first frame."""
+
+    def __init__(self, session: AgentSession, text: str) -> None:
+        self.session, self.text = session, text
+        self.pending = False  # said (or owed) and its speech not done yet: a further failure says no second one
+        self._owed = False
+
+    def say(self) -> None:
+        if self.pending:
+            return
+        self.pending = True
+        if self.session.user_state == "speaking":
+            self._owed = True
+            return
+        self._speak()
+
+    def on_user_state(self, ev: UserStateChangedEvent) -> None:
+        if self._owed and ev.new_state != "speaking":
+            self._owed = False
+            self._speak()
+
+    def _speak(self) -> None:
+        def done(_: Any) -> None:
+            self.pending = False
+
+        try:
+            self.session.say(self.text, add_to_chat_ctx=False).add_done_callback(done)
+        except RuntimeError as exc:  # session not running (closing)
+            self.pending = False
+            logger.warning("cannot speak apology: %s", exc)
 
 
 class Call:
@@ -243,20 +270,37 @@ class Call:
         self.cfg = cfg
         self.session_id = session_id or f"call-{uuid.uuid4().hex[:8]}"
         self.collector = TraceCollector(self.session_id, cfg.traces_dir if traces_dir is None else traces_dir)
-        self.controller = DuplexController(self.collector)
         self.output = RtcAudioOutput(
             queue_ms=cfg.audio_queue_ms,
             cut_silence_ms=cfg.audio_cut_silence_ms,
-            pause_capable=cfg.resume_false_interruption,
-            controller=self.controller,
+            pause_capable=cfg.turn_handling == "livekit" or cfg.resume_false_interruption,
+            duck_db=cfg.overlap_duck_db,
             frame_observer=frame_observer,
         )
-        self.controller.output = self.output
+        ours = cfg.turn_handling == "ours"
+        self.controller = DuplexController(
+            self.collector,
+            output=self.output,
+            judge_overlaps=ours,
+            drop_early_answer=lambda: livekit_internals.drop_early_answer(self.session),
+            on_turn_failed=self._turn_failed,
+        )
+        self.end_of_turn = (
+            EndOfTurn(
+                threshold=cfg.eot_threshold,
+                medium_s=cfg.eot_medium_delay_s,
+                hangover_s=cfg.vad_silence_ms / 1000.0,
+                on_decision=self.controller.on_turn_decision,
+            )
+            if ours
+            else None
+        )
         self.cut_notice: CutNotice | None = None
         self.errors: list[str] = []
         controller = self.controller
         stt_observer = STTObserver(
-            on_request=controller.on_stt_request, on_failure=self._stt_failed, on_result=controller.on_stt_result
+            on_request=controller.on_stt_request, on_failure=self._stt_failed, on_result=controller.on_stt_result,
+            on_language=lambda code: self.tts.follow_caller(code),  # the caller's language -> the replies' TTS
         )
         self.stt: OmniSTT | ObservedSTT
         if cfg.stt_base_url:
@@ -264,8 +308,6 @@ class Call:
                 base_url=cfg.stt_base_url, model=cfg.stt_model, api_key=cfg.llm_api_key, observer=stt_observer
             )
         else:  # embedded default (agent/local/): no STT server configured
-            from agent.local.whisper_stt import WhisperSTT
-
             self.stt = WhisperSTT(observer=stt_observer)
         self.llm_client = llm_client(cfg)  # one pool for the answer and its continuation, closed with the call
         self.llm = build_llm(cfg, self.llm_client)
@@ -288,18 +330,7 @@ class Call:
             vad=vad,
             llm=self.llm,
             tts=self.tts,
-            turn_handling={
-                "turn_detection": "vad",
-                "endpointing": {"mode": "fixed", "min_delay": cfg.min_endpointing},
-                "interruption": {
-                    "enabled": True,
-                    "mode": "vad",
-                    "min_duration": cfg.interrupt_min_speech_s,
-                    "resume_false_interruption": cfg.resume_false_interruption,
-                    "false_interruption_timeout": cfg.false_interruption_timeout_s,
-                },
-                "preemptive_generation": {"enabled": False},
-            },
+            turn_handling=turn_handling(cfg, self.end_of_turn),  # type: ignore[arg-type]
             aec_warmup_duration=warmup if warmup and warmup > 0 else None,
             conn_options=SessionConnectOptions(
                 stt_conn_options=APIConnectOptions(timeout=cfg.stt_timeout_s, **retry),
@@ -307,18 +338,23 @@ class Call:
                 tts_conn_options=APIConnectOptions(timeout=cfg.llm_timeout_s, max_retry=0),
             ),
         )
+        self.apology = Apology(self.session, cfg.apology_text)
         self.session.on("speech_created", self._on_speech_created)
-        self.session.on("user_state_changed", self._on_user_state)
-        self._apology_pending = self._apology_owed = False
+        self.session.on("user_state_changed", self.apology.on_user_state)
 
-    # -- wiring ------------------------------------------------------------------------------
-    def _on_speech_created(self, ev: Any) -> None:
-        """Runs before any node of the speech (registered first, so before user handlers that may
-        interrupt it): the controller knows the speech, its live interrupted flag and its end."""
+    # -- events ------------------------------------------------------------------------------
+    def _on_speech_created(self, ev: SpeechCreatedEvent) -> None:
+        """Runs before any node of the speech (registered first, so before user handlers that may interrupt it):
+        the controller knows the speech, its live flags, how to interrupt it, and its end."""
         handle = ev.speech_handle
         controller = self.controller
         controller.on_speech_created(
-            handle.id, is_interrupted=lambda: bool(handle.interrupted), cause=lambda: _interrupt_cause(handle)
+            handle.id,
+            is_interrupted=lambda: bool(handle.interrupted),
+            source=lambda: livekit_internals.interrupt_source(handle),
+            is_scheduled=lambda: bool(handle.scheduled),
+            interrupt=lambda: None if handle.interrupted or handle.done() else handle.interrupt(),
+            said=ev.source == "say",
         )
         handle.add_done_callback(lambda h: controller.on_speech_done(h.id, interrupted=bool(h.interrupted)))
         fut = livekit_internals.interrupt_future(handle)
@@ -326,59 +362,19 @@ class Call:
             fut.add_done_callback(lambda _f, key=handle.id: controller.on_speech_interrupted(key))
 
     def _stt_failed(self, exc: Exception) -> None:
-        self.controller.after_stt_turn_opens(lambda: self._stt_failed_in_turn(exc))
+        self.controller.on_stt_failed(f"stt: {type(exc).__name__}: {exc}")
 
-    def _stt_failed_in_turn(self, exc: Exception) -> None:
-        turn = self.collector.current
-        turn_id = turn.turn_id if turn is not None else "-"
-        line = f"stt: {type(exc).__name__}: {exc}"
-        self.errors.append(f"{turn_id} {line}")
-        logger.error("speech recognition failed [turn %s]: %s", turn_id, line)
-        if turn is not None:
-            turn.errors.append(line)
-            turn.outcome = "error"
-        self.controller.on_transcript("")
-        self._say_apology()
+    def _turn_failed(self, turn: TurnTrace) -> None:
+        line = turn.errors[-1] if turn.errors else "stt: failed"
+        self.errors.append(f"{turn.turn_id} {line}")
+        logger.error("speech recognition failed [turn %s]: %s", turn.turn_id, line)
+        self.apology.say()
 
     def report_error(self, reply: Reply, stage: str, exc: Exception) -> None:
         line = f"{stage}: {type(exc).__name__}: {exc}"
         self.errors.append(f"{reply.turn_id} {line}")
         logger.error("%s failed [turn %s]: %s", stage.upper(), reply.turn_id, line)
-        if reply.turn is not None:
-            reply.turn.errors.append(line)
-            reply.turn.outcome = "error"
-
-    @property
-    def apology_pending(self) -> bool:
-        """An apology was said and its speech is not done yet (a further failure meanwhile says no second one)."""
-        return self._apology_pending
-
-    def _say_apology(self) -> None:
-        if self._apology_pending:
-            return
-        self._apology_pending = True
-        if self.session.user_state == "speaking":
-            # the session's own VAD lags the STT's (under CPU load) and would cut an apology said now, before its
-            # first frame, with the failed turn's hangover inferences: say it once that VAD ends the speech too
-            self._apology_owed = True
-            return
-        self._speak_apology()
-
-    def _on_user_state(self, ev: Any) -> None:
-        if self._apology_owed and ev.new_state != "speaking":
-            self._apology_owed = False
-            self._speak_apology()
-
-    def _speak_apology(self) -> None:
-        def done(_: Any) -> None:
-            self._apology_pending = False
-
-        try:
-            handle = self.session.say(self.cfg.apology_text, add_to_chat_ctx=False)
-            handle.add_done_callback(done)
-        except RuntimeError as exc:  # session not running (closing)
-            self._apology_pending = False
-            logger.warning("cannot speak apology: %s", exc)
+        self.controller.on_reply_error(reply, line)
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self, *, room: rtc.Room | None = None, audio_input: Any = None) -> None:
@@ -405,9 +401,11 @@ class Call:
             await self.output.aclose()
             if self.cut_notice is not None:
                 await self.cut_notice.aclose()
+            if self.end_of_turn is not None:
+                await self.end_of_turn.aclose()
             await self.stt.aclose()
             await self.llm_client.close()
             release_free_memory()  # this call's buffers are garbage now; give their pages back
 
 
-__all__ = ["Call", "VoiceAgent", "NOT_GIVEN"]
+__all__ = ["Apology", "Call", "VoiceAgent", "turn_handling"]

@@ -1,4 +1,6 @@
-"""The LiveKit worker: `python -m agent dev|start` (LiveKit's CLI conventions through `livekit.agents.cli`).
+"""The LiveKit worker: an `AgentServer` with one `rtc_session` (LiveKit 1.8.9's current entry point), run by
+`python -m agent dev|start` through LiveKit's own `python -m livekit.agents start` (agent/app.py is the file it loads;
+the LiveKit CLI's `lk agent dev|start agent/app.py` runs the same). No deprecated `WorkerOptions` + `cli.run_app`.
 
 - Executor: THREAD by default (`AGENT_JOB_EXECUTOR`), so every call in this process shares the one engine
   (one model copy per GPU, batching across calls). Under THREAD each job thread runs `prewarm` on its own
@@ -7,8 +9,12 @@
 - `prewarm` loads Silero VAD and the engine (weights, CUDA graphs, warm-up), then tunes the runtime
   (GIL switch interval, gc.freeze; agent/voice.py says why). `initialize_process_timeout` is raised to
   `AGENT_INIT_TIMEOUT_S` (600 s) because a model load takes far longer than LiveKit's 10 s default.
-- `load_fnc`: max(active calls / `AGENT_MAX_SESSIONS`, active engine streams / engine capacity), so
-  LiveKit's dispatcher stops sending rooms to a machine whose TTS is full (`AGENT_LOAD_THRESHOLD`).
+- `load_fnc` (`current_load`): the largest share in use of three limits: calls of `AGENT_MAX_SESSIONS`, engine
+  streams of the engine's capacity, the process's CPU share of its cores of `AGENT_CPU_LIMIT`; scaled so that a
+  limit reached reads as `AGENT_LOAD_THRESHOLD`, where LiveKit offers the worker no call (docs/operations.md
+  "Capacity and load").
+- The first load check starts the sampler (agent/worker_stats.py: CPU, loop lag per call, GC, RSS; one JSON line a
+  second to `AGENT_STATS_PATH` when set); each call's loop gets a lag probe.
 - Remote engine: with `TTS_ENGINE_URL` set, no model is loaded here; synthesis goes over HTTP to
   `python -m tts_engine serve` (for deployments that put TTS on its own GPU).
 - Each job: connect (audio only), build `agent.voice.Call` with our audio output publishing its own
@@ -20,23 +26,32 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
-from livekit.agents import AutoSubscribe, JobContext, JobExecutorType, JobProcess, WorkerOptions, cli
+from livekit.agents import AgentServer, AutoSubscribe, JobContext, JobExecutorType, JobProcess
 
 # LiveKit plugins must be registered on the main thread: the modules that import them (agent.vad: Silero;
 # agent.voice: the rest) are imported here, at module import, never first inside prewarm/entrypoint (job threads).
-from agent import livekit_internals
+from agent import livekit_internals, worker_stats
 from agent.callers import follow_callers
 from agent.config import AgentConfig
 from agent.engine_client import LocalBackend, RemoteBackend, TTSBackend
 from agent.local.defaults import RANDOM_WEIGHTS_WARNING, ensure_random_checkpoint
+from agent.process_tuning import tune_runtime
+from agent.trace_otel import check_env as check_otel
+from agent.trace_otel import flush as flush_spans
+from agent.trace_otel import install_from_env as install_otel
 from agent.vad import load_vad
-from agent.voice import Call, tune_runtime
+from agent.voice import Call
 
 logger = logging.getLogger("agent.worker")
+
+APP_FILE = Path(__file__).with_name("app.py")  # the module LiveKit's CLI discovers `server` in
+LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARN", "ERROR", "CRITICAL")
 
 _lock = threading.Lock()
 _backend: TTSBackend | None = None
@@ -45,6 +60,7 @@ _active_calls = 0
 _tuned = False
 _speaks_random_weights = False  # the embedded random-weight checkpoint: the page says so
 _config: AgentConfig | None = None
+CPU_WINDOW_S = 5.0  # the load's CPU term: long enough to span a reply's bursts, short enough to see a new call
 
 
 def get_backend(cfg: AgentConfig) -> TTSBackend:
@@ -73,24 +89,51 @@ def get_backend(cfg: AgentConfig) -> TTSBackend:
 def prewarm(proc: JobProcess) -> None:
     global _tuned
     cfg = worker_config()
+    install_otel()  # OTEL_EXPORTER_OTLP_ENDPOINT set: turn traces and LiveKit's spans over OTLP (once per process)
     proc.userdata["vad"] = load_vad(cfg.vad_silence_ms, cfg.vad_quiet_db)
     proc.userdata["backend"] = get_backend(cfg)
     if not cfg.stt_base_url:  # embedded STT: load whisper here, not on a call's event loop (~0.5 s)
         from agent.local.whisper_stt import load_model
 
         load_model()
+    if cfg.turn_handling in ("ours", "livekit"):  # the audio end-of-turn model (~100 MB), once per process
+        from livekit.local_inference import init_eot
+
+        init_eot()
     with _lock:
         if not _tuned:
             tune_runtime()
             _tuned = True
 
 
-def current_load() -> float:
+def current_load(server: Any = None) -> float:
+    """LiveKit's load_fnc: every 0.5 s and before each job offer (`server`: LiveKit's AgentServer). Each limit's share
+    in use: calls of `AGENT_MAX_SESSIONS` (LiveKit's own job count, so a call accepted but not yet connected
+    counts), engine streams of the engine's capacity, this process's CPU (last 5 s) as a share of the cores it may
+    use, of `AGENT_CPU_LIMIT`. The largest, scaled so that a limit reached is `AGENT_LOAD_THRESHOLD` exactly:
+    LiveKit offers no call to a worker at the threshold (docs/operations.md "Capacity and load")."""
     cfg = worker_config()
-    calls = _active_calls / cfg.max_sessions
+    stats = worker_stats.start(cfg.stats_path, _worker_state)
+    calls = len(server.active_jobs) if server is not None else _active_calls
     backend = _backend
-    streams = backend.active_streams / backend.capacity if backend is not None else 0.0
-    return min(1.0, max(calls, streams))
+    shares = {
+        "calls": calls / cfg.max_sessions,
+        "engine": backend.active_streams / backend.capacity if backend is not None else 0.0,
+        "cpu": stats.cpu_cores(CPU_WINDOW_S) / stats.cores / cfg.cpu_limit if cfg.cpu_limit else 0.0,
+    }
+    # + 1e-9: a limit reached must read as full through LiveKit's float sums (load + reserved * load / jobs)
+    load = min(1.0, cfg.load_threshold * max(shares.values()) + 1e-9)
+    stats.note_load(load, shares)
+    return load
+
+
+def _worker_state() -> dict[str, int]:
+    backend = _backend
+    return {
+        "calls": _active_calls,
+        "engine_active": backend.active_streams if backend is not None else 0,
+        "engine_capacity": backend.capacity if backend is not None else 0,
+    }
 
 
 async def entrypoint(ctx: JobContext) -> None:
@@ -104,12 +147,17 @@ async def entrypoint(ctx: JobContext) -> None:
     call = Call(cfg, vad=vad, backend=backend, session_id=f"{ctx.room.name}-{ctx.job.id[-6:]}")
     with _lock:
         _active_calls += 1
+    stats = worker_stats.running()
+    probe = stats.watch_loop() if stats is not None else None  # this call's loop lag
 
     async def on_shutdown() -> None:
         global _active_calls
         with _lock:
             _active_calls -= 1
+        if probe is not None:
+            probe.stop()
         await call.aclose()  # controller, session (idempotent), audio output, STT client; then trims the C heap
+        flush_spans()  # the call's last turn, before a job process may exit
 
     ctx.add_shutdown_callback(on_shutdown)
     await call.start(room=ctx.room)
@@ -136,23 +184,29 @@ def voice_attributes(cfg: AgentConfig) -> dict[str, str]:
     }
 
 
-def build_options(cfg: AgentConfig) -> WorkerOptions:
-    livekit_internals.close_runners_cancelled_in_prewarm()  # else stopping during a runner's prewarm hangs
-    return WorkerOptions(
-        entrypoint_fnc=entrypoint,
-        prewarm_fnc=prewarm,
+def server_options(cfg: AgentConfig) -> dict[str, Any]:
+    """The `AgentServer` settings this configuration asks for (its keyword arguments)."""
+    return dict(
+        setup_fnc=prewarm,
         load_fnc=current_load,
         load_threshold=cfg.load_threshold,
         job_executor_type=JobExecutorType.THREAD if cfg.job_executor == "thread" else JobExecutorType.PROCESS,
         num_idle_processes=cfg.num_idle_processes,
         initialize_process_timeout=cfg.init_timeout_s,
         drain_timeout=cfg.drain_timeout_s,
-        agent_name=cfg.agent_name,
         port=cfg.http_port,
         ws_url=cfg.livekit_url or None,
         api_key=cfg.livekit_api_key or None,
         api_secret=cfg.livekit_api_secret or None,
     )
+
+
+def build_server(cfg: AgentConfig) -> AgentServer:
+    """The worker: an AgentServer whose one rtc_session is `entrypoint`, dispatched by name (AGENT_NAME)."""
+    livekit_internals.close_runners_cancelled_in_prewarm()  # else stopping during a runner's prewarm hangs
+    server = AgentServer(**server_options(cfg))
+    server.rtc_session(entrypoint, agent_name=cfg.agent_name)
+    return server
 
 
 def worker_config() -> AgentConfig:
@@ -168,12 +222,12 @@ def worker_config() -> AgentConfig:
         return _config
 
 
-def run_cli(argv: list[str]) -> int:
-    """Hand `argv` (e.g. ["dev"] or ["start", "--log-level", "info"]) to LiveKit's CLI.
-
-    A configured checkpoint is checked first (the doctor reads headers only), so a broken one stops the
-    worker with one line per problem and exit 2, instead of a traceback inside LiveKit's prewarm."""
+def check_startup() -> AgentConfig:
+    """The configuration (ConfigError naming the variable) and, for a configured checkpoint, the doctor: it reads
+    headers only, so a broken checkpoint stops the worker with one line per problem and exit 2, instead of a
+    traceback inside LiveKit's prewarm."""
     cfg = worker_config()
+    check_otel()  # a bad OTEL_EXPORTER_OTLP_PROTOCOL stops here, not in each job's prewarm
     if not cfg.tts_engine_url:
         from tts_engine import EngineConfig
         from tts_engine.doctor import diagnose
@@ -183,7 +237,29 @@ def run_cli(argv: list[str]) -> int:
         if diagnosis is not None and not diagnosis.ok:
             for line in diagnosis.problems:
                 print(f"TTS_DEEP_STREAM_MODEL_DIR: {line}", file=sys.stderr)
-            return 2
-    sys.argv = ["agent", *argv]
-    cli.run_app(build_options(cfg))
-    return 0
+            raise SystemExit(2)
+    return cfg
+
+
+def serve() -> AgentServer:
+    """The configured server, after `check_startup` (what agent/app.py exports to LiveKit's CLI)."""
+    return build_server(check_startup())
+
+
+def run_cli(*, dev: bool, log_level: str | None = None, url: str | None = None, api_key: str | None = None,
+            api_secret: str | None = None) -> int:
+    """Run the worker through LiveKit's current entry point, `python -m livekit.agents start agent/app.py`
+    (`--dev`: development mode, colored logs, no drain on exit; else production: JSON logs, drains on SIGTERM).
+
+    `log_level` defaults to LIVEKIT_LOG_LEVEL, else DEBUG in dev and INFO in production (as LiveKit's own CLI)."""
+    from livekit.agents.__main__ import main as livekit_main
+
+    check_startup()  # with our messages, before LiveKit's discovery imports agent/app.py (which checks again)
+    level = (log_level or os.environ.get("LIVEKIT_LOG_LEVEL") or ("DEBUG" if dev else "INFO")).upper()
+    argv = ["start", str(APP_FILE), "--log-level", level, "--log-format", "colored" if dev else "json"]
+    if dev:
+        argv.append("--dev")
+    for flag, value in (("--url", url), ("--api-key", api_key), ("--api-secret", api_secret)):
+        if value:
+            argv += [flag, value]
+    return livekit_main(argv)

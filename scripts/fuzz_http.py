@@ -42,8 +42,11 @@ PYTHON = sys.executable
 TIMEOUT_S = 60.0
 STREAMED = ("/tts/stream", "/v1/audio/speech")  # answers read to the first chunk, then dropped (mostly)
 FIELD_NAMES = ["text", "speaker", "language", "instruct", "seed", "max_frames", "packet_frames", "model", "input",
-               "voice", "response_format", "stream_format", "speed", "room", "identity", "name"]
+               "voice", "response_format", "stream_format", "speed", "room", "identity", "name", "room_name",
+               "participant_identity", "participant_name", "participant_metadata", "participant_attributes",
+               "room_config"]
 API_KEY = "fuzz-key-0123456789"  # the TTS server runs with this TTS_API_KEY
+OPENAI_SHAPE = ("/v1/audio/speech",)
 RAW_TYPES = ["application/json", "text/plain", "application/x-www-form-urlencoded", "multipart/form-data",
              "application/json; charset=latin-1", ""]
 

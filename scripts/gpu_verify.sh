@@ -3,15 +3,19 @@
 #
 #   scripts/gpu_verify.sh tests      # pytest -m gpu tests/gpu, batch-1 `bench ours`, the text-input benchmark
 #   scripts/gpu_verify.sh load       # bench load: 0.6B at 1,128,256,512 streams, engine told 0 and 100 ms
+#   scripts/gpu_verify.sh tokens     # bench load, streaming text (a word every 60 ms) and whole text at 1,64,128,256
+#                                    # streams; fails unless every tokens level has no late stream and first audio
+#                                    # P95 <= 150 ms (GATE_FIRST_P95_MS)
 #   scripts/gpu_verify.sh peer       # the peer (faster-qwen3-tts) at 1, 2, 4 concurrent requests
 #
 # Results go under $OUT (default ./out/gpu). Wheels the GPU image lacks (pytest, pytest-asyncio, the peer and its
 # pure-Python dependencies; docs/benchmarks.md lists them) are installed from the ignored .whl/ folder, which the
 # device tool must carry. Random-weight checkpoints are built in place under /tmp, once per machine.
+. "$(dirname "$0")/lib/help.sh" && show_help_if_asked "$0" "${1:-}"  # --help: the header above, nothing started
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-part=${1:?usage: scripts/gpu_verify.sh tests|load|peer}
+part=${1:?usage: scripts/gpu_verify.sh tests|load|tokens|peer}
 OUT=${OUT:-out/gpu}
 mkdir -p "$OUT"
 PY=${PYTHON:-python}
@@ -47,13 +51,19 @@ case "$part" in
     "$PY" -m tts_engine bench load --model-dir /tmp/c06 --levels "${LEVELS:-1,128,256,512}" \
       --client-buffer-ms 0,100 --profile-rows 1,128,256 --results-dir "$OUT" 2>&1 | tee "$OUT/load.txt" | tail -40
     ;;
+  tokens)
+    ckpt 0.6b /tmp/c06
+    "$PY" -m tts_engine bench load --model-dir /tmp/c06 --levels "${LEVELS:-1,64,128,256}" --text-input tokens \
+      --word-interval-ms 60 --client-buffer-ms 0 --profile-rows "" --results-dir "$OUT/tokens" \
+      --gate-first-p95-ms "${GATE_FIRST_P95_MS:-150}" 2>&1 | tee "$OUT/tokens.txt" | grep -v Warning | tail -40
+    ;;
   peer)
     ckpt 0.6b /tmp/c06
     "$PY" -m tts_engine bench load --model-dir /tmp/c06 --levels 1 --profile-rows "" --peer-levels 1,2,4 \
       --peer-runs "${PEER_RUNS:-5}" --results-dir "$OUT" 2>&1 | tee "$OUT/peer.txt" | tail -40
     ;;
   *)
-    echo "unknown part '$part': use tests, load or peer" >&2
+    echo "unknown part '$part': use tests, load, tokens or peer" >&2
     exit 2
     ;;
 esac

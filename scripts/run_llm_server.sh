@@ -17,6 +17,7 @@
 #   LLM_READY_TIMEOUT              seconds to wait for /v1/models (900)
 #   LLM_EXTRA_ARGS                 more `vllm serve` flags, space separated
 # Exit status: 0 vLLM exited cleanly; 1 it failed or never became ready; 2 bad configuration.
+. "$(dirname "$0")/lib/help.sh" && show_help_if_asked "$0" "${1:-}"  # --help: the header above, nothing started
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD

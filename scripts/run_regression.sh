@@ -5,6 +5,7 @@
 # output/regression/latest points at it. The golden baseline is TTS_REGRESSION_BASELINE (env or .env)
 # or --baseline PATH. The model is TTS_DEEP_STREAM_MODEL_DIR or --model DIR. Exit status: 0 all gates
 # pass, 1 a gate failed, 2 configuration error.
+. "$(dirname "$0")/lib/help.sh" && show_help_if_asked "$0" "${1:-}"  # --help: the header above, nothing started
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD

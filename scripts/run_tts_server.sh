@@ -11,6 +11,7 @@
 # Restart policy: a crash restarts the server after a back-off (1 s doubling to 30 s, reset once it has
 # stayed up 60 s). Exit status 2 from the server (bad configuration, missing checkpoint, port taken) is
 # not retried: a restart would fail the same way. SIGTERM/SIGINT stop the server and this loop.
+. "$(dirname "$0")/lib/help.sh" && show_help_if_asked "$0" "${1:-}"  # --help: the header above, nothing started
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD

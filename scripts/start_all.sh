@@ -30,6 +30,7 @@
 #   STOP_TIMEOUT (20), HEALTH_TIMEOUT per probe (3), RUN_DIR (run), LOG_DIR (logs), PYTHON (.venv/bin/python)
 #   KEEP_ON_FAILURE=1      leave already-started services running when a later one fails
 # Exit status: 0 ok; 1 a start/stop failed; 2 usage; 3 status found an enabled service down or unhealthy.
+. "$(dirname "$0")/lib/help.sh" && show_help_if_asked "$0" "${1:-}"  # --help: the header above, nothing started
 set -uo pipefail
 
 cd "$(dirname "$0")/.."

@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
-# Set up if needed, then lint and run every test that works on a CPU (gpu tests skip without CUDA).
-# Extra arguments go to pytest, e.g. `scripts/test.sh -m parity -x`.
+# Set up if needed, then lint and run every test that works on a CPU (gpu tests skip without CUDA):
+#   scripts/test.sh [pytest arguments...]     e.g. `scripts/test.sh -m parity -x`, `scripts/test.sh tests/agent`
+# The default run takes ~25 min on a clean 2-core machine (setup included); long soak runs are `-m slow`.
+# Settings: VENV (default .venv). pytest's own options: `.venv/bin/python -m pytest --help`.
+. "$(dirname "$0")/lib/help.sh" && show_help_if_asked "$0" "${1:-}"  # --help: the header above, nothing started
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 VENV=${VENV:-$PWD/.venv}
 echo "[test] ruff check"
 "$VENV/bin/ruff" check .
-echo "[test] pytest"
+echo "[test] pytest (the default run: not slow)"
+t0=$SECONDS
 set +e
 "$VENV/bin/python" -m pytest -m "not slow" "$@"
 rc=$?
 set -e
+echo "[test] pytest: exit $rc in $((SECONDS - t0)) s"
 if [ "$rc" -eq 5 ]; then
   echo "[test] ERROR: pytest collected no tests; that is a failure, not a pass" >&2
   exit 1

@@ -58,6 +58,8 @@ def test_unknown_tts_variables_are_reported() -> None:
         ({"LLM_MAX_TOKENS": "lots"}, "LLM_MAX_TOKENS"),
         ({"LLM_TEMPERATURE": "5"}, "LLM_TEMPERATURE"),
         ({"VAD_SILENCE_MS": "10"}, "VAD_SILENCE_MS"),
+        ({"TURN_HANDLING": "livekit", "VAD_SILENCE_MS": "224"}, r"VAD_SILENCE_MS=224 is out of range \(allowed: 256"),
+        ({"TURN_HANDLING": "smart"}, "TURN_HANDLING"),
         ({"VAD_QUIET_DB": "loud"}, r"VAD_QUIET_DB='loud' is not allowed \(allowed: a level in dBFS from -120"),
         ({"VAD_QUIET_DB": "-10"}, "VAD_QUIET_DB='-10'"),
         ({"TTS_FRAME_MS": "25"}, "TTS_FRAME_MS"),
@@ -68,6 +70,16 @@ def test_unknown_tts_variables_are_reported() -> None:
 def test_agent_config_names_bad_variable(env: dict[str, str], name: str) -> None:
     with pytest.raises(ConfigError, match=name):
         AgentConfig.from_env(env)
+
+
+@pytest.mark.parametrize(("env", "ms"), [
+    ({}, 224), ({"TURN_HANDLING": "vad"}, 224), ({"TURN_HANDLING": "livekit"}, 544),
+    ({"TURN_HANDLING": "livekit", "VAD_SILENCE_MS": "300"}, 300),
+])
+def test_the_vad_hangover_follows_the_turn_handling(env: dict[str, str], ms: int) -> None:
+    """`livekit` is LiveKit's defaults: Silero's own hangover; its turn detector refuses one under 0.25 s (the worker's
+    every call failed at start with 224)."""
+    assert AgentConfig.from_env(env).vad_silence_ms == ms
 
 
 @pytest.mark.parametrize(("value", "quiet_db"), [("", -50.0), ("-60", -60.0), ("off", None), (" OFF ", None)])

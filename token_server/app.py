@@ -1,9 +1,12 @@
 """The token server's aiohttp application: token API, page config, health check, static page, CORS.
 
 Routes:
-- `POST /api/token` JSON {"room"?, "identity"?, "name"?} -> 200 {"token", "url", "room", "identity",
-  "expires_at"} (unix seconds). Client mistakes -> 400/403/413/415 {"error", "field"}; over the per-client
-  limit -> 429 with Retry-After; any other method -> 405 JSON.
+- `POST /api/token`: LiveKit's standard token request {"room_name"?, "participant_identity"?,
+  "participant_name"?, "participant_metadata"?, "participant_attributes"?, "room_config"?} -> 201, or this
+  server's first names {"room"?, "identity"?, "name"?} (or an empty body) -> 200; either answer carries both
+  name sets: {"server_url", "participant_token", "token", "url", "room", "identity", "expires_at"} (unix
+  seconds). The agent dispatched is always AGENT_NAME (token_server/tokens.py). Client mistakes ->
+  400/403/413/415 {"error", "field"}; over the per-client limit -> 429 with Retry-After; any other method -> 405.
 - `GET /api/config` -> what the page needs before joining: LiveKit URL, agent name, the agent's VAD hangover.
 - `GET /healthz` -> {"status": "ok", "livekit_client": bool}.
 - `GET /openapi.json` -> the OpenAPI document of all of this (openapi.py, one dict per route).
@@ -97,7 +100,8 @@ async def handle_token(request: web.Request) -> web.Response:
     except ValueError as exc:  # e.g. a number with more digits than Python converts
         return json_error(400, f"body is not valid JSON: {exc}", "body")
     try:
-        minted = mint_token(config, parse_token_request(body))
+        token_request = parse_token_request(body, agent_name=config.agent_name)
+        minted = mint_token(config, token_request)
     except RequestError as exc:
         return json_error(exc.status, str(exc), exc.field)
     log.info(
@@ -110,12 +114,15 @@ async def handle_token(request: web.Request) -> web.Response:
     )
     response = web.json_response(
         {
-            "token": minted.token,
+            "server_url": config.livekit_url,  # LiveKit's standard names
+            "participant_token": minted.token,
+            "token": minted.token,  # this server's first names
             "url": config.livekit_url,
             "room": minted.room,
             "identity": minted.identity,
             "expires_at": minted.expires_at,
-        }
+        },
+        status=201 if token_request.standard else 200,
     )
     response.headers["Cache-Control"] = "no-store"
     return response

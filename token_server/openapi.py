@@ -39,27 +39,62 @@ PREFLIGHT = {
     "responses": {"204": {"description": "allowed (Access-Control-Allow-* headers)"}, "403": FORBIDDEN},
 }
 
+DISPLAY_NAME = {"type": "string", "minLength": 1, "maxLength": 128, "pattern": r"\S", "nullable": True,
+                "description": "display name: 1-128 printable characters; defaults to the identity"}
+#: a RoomConfiguration / RoomAgentDispatch field a caller may not set: only its proto3 default (= unset) passes
+UNSET = {"nullable": True, "enum": ["", 0, False, [], {}, None],
+         "description": "refused (400 naming it) unless at its proto3 default, which means unset"}
+ROOM_CONFIG = {
+    "type": "object", "nullable": True, "additionalProperties": False,
+    "description": "LiveKit RoomConfiguration; only `agents` naming this server's AGENT_NAME is accepted: the "
+                   "token always dispatches that agent and nothing else",
+    "properties": {
+        "agents": {"type": "array", "maxItems": 1, "nullable": True, "items": {
+            "type": "object", "additionalProperties": False,
+            "properties": {
+                "agent_name": {"type": "string", "nullable": True,
+                               "description": "AGENT_NAME (see GET /api/config) or empty; any other name is a 400"},
+                **{key: UNSET for key in ("metadata", "restart_policy", "deployment", "attributes")},
+            },
+        }},
+        **{key: UNSET for key in ("name", "empty_timeout", "departure_timeout", "max_participants", "metadata",
+                                  "egress", "min_playout_delay", "max_playout_delay", "sync_streams", "tags")},
+    },
+}
+TOKEN = {"type": "object", "additionalProperties": False,
+         "required": ["server_url", "participant_token", "token", "url", "room", "identity", "expires_at"],
+         "properties": {"server_url": {"type": "string"}, "participant_token": {"type": "string"},
+                        "token": {"type": "string"}, "url": {"type": "string"},
+                        "room": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+                        "identity": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+                        "expires_at": {"type": "integer"}}}
+
 ROUTES: dict[str, dict[str, Any]] = {
     "/api/token": {
         "post": {
             "summary": "mint a LiveKit access token that dispatches the agent into the room",
+            "description": "LiveKit's standard token endpoint (room_name, participant_* and room_config; answered "
+                           "201) or this server's first names (room, identity, name; answered 200), never both in "
+                           "one body. Either answer carries both name sets.",
             "requestBody": {"required": False, "content": {"application/json": {"schema": {
                 "type": "object", "additionalProperties": False,
                 "properties": {
-                    "room": NAME, "identity": NAME,
-                    "name": {"type": "string", "minLength": 1, "maxLength": 128, "pattern": r"\S", "nullable": True,
-                             "description": "display name: 1-128 printable characters; defaults to the identity"},
+                    "room_name": NAME, "participant_identity": NAME, "participant_name": DISPLAY_NAME,
+                    "participant_metadata": {"type": "string", "maxLength": 1024, "nullable": True,
+                                             "description": "at most 1024 characters of UTF-8 text, no NUL"},
+                    "participant_attributes": {
+                        "type": "object", "nullable": True, "maxProperties": 16,
+                        "additionalProperties": {"type": "string", "maxLength": 256},
+                        "description": "at most 16; keys 1-64 printable characters, not starting with `lk.` "
+                                       "(LiveKit's own); values at most 256 characters"},
+                    "room_config": ROOM_CONFIG,
+                    "room": NAME, "identity": NAME, "name": DISPLAY_NAME,
                 },
             }}}},
             "responses": {
-                "200": {"description": "token", "content": {"application/json": {"schema": {
-                    "type": "object", "required": ["token", "url", "room", "identity", "expires_at"],
-                    "additionalProperties": False,
-                    "properties": {"token": {"type": "string"}, "url": {"type": "string"},
-                                   "room": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
-                                   "identity": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
-                                   "expires_at": {"type": "integer"}},
-                }}}},
+                "200": {"description": "token (first names)", "content": {"application/json": {"schema": TOKEN}}},
+                "201": {"description": "token (LiveKit's standard request)",
+                        "content": {"application/json": {"schema": TOKEN}}},
                 "400": _error("a field the server refuses; `field` names it, `error` the value and what is allowed"),
                 "403": FORBIDDEN,
                 "413": _error("body over 16 KiB"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tts_engine.audio_format import SAMPLE_RATE, SAMPLES_PER_FRAME
 from tts_engine.config import EngineConfig
 from tts_engine.errors import (
     CheckpointError,
@@ -23,8 +24,6 @@ from tts_engine.errors import (
 if TYPE_CHECKING:
     from tts_engine.engine import Engine, Packet
 
-SAMPLE_RATE = 24_000
-SAMPLES_PER_FRAME = 1920  # one 12.5 Hz codec frame = 80 ms
 
 __all__ = [
     "SAMPLE_RATE",

@@ -1,4 +1,4 @@
-"""Engine configuration: one dataclass, read from the environment (DESIGN.md §6) or built in code.
+"""Engine configuration: one dataclass, read from the environment (docs/engine.md, "Configuration") or built in code.
 
 Variable names keep the old system's names so its operators can move over. Every value is checked
 at start-up; a bad one raises `ConfigError` naming the variable and what is allowed.
@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tts_engine.audio_format import MAX_PACKET_FRAMES
 from tts_engine.env import Env
 from tts_engine.errors import ConfigError
 
@@ -35,6 +36,7 @@ KNOWN_TTS_VARIABLES = (
     "TTS_DEEP_STREAM_CPU_THREADS",
     "TTS_DEEP_STREAM_CPU_NICE",
     "TTS_DEEP_STREAM_MAX_TEXT_CHARS",
+    "TTS_DEEP_STREAM_RUNAWAY_SCALE",
     "TTS_DEEP_STREAM_MAX_BUFFER_SECONDS",
     "TTS_DEEP_STREAM_METRICS",
     "TTS_CODEGEN_CUDAGRAPH_TALKER",
@@ -83,6 +85,8 @@ class EngineConfig:
     # talker KV positions per slot: prompt + frames of one stream (768 ~ 55 s of speech); memory ~ slots x this
     max_positions: int = 768
     max_text_chars: int = 20_000  # one request, any length up to this: long text is cut into segments
+    # the runaway guard: a stream's frame cap is its text's frame budget (text/speech_length.py) times this
+    runaway_scale: float = 1.0
     max_buffered_seconds: float = 600.0  # unread audio per stream before a slow consumer's stream is cancelled
     metrics: bool = True
     # torch threads when the engine runs on a CPU (process-wide); 0 = torch's default. From the environment the
@@ -100,14 +104,14 @@ class EngineConfig:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> EngineConfig:
-        """Read the DESIGN.md §6 variables; keyword overrides (e.g. from CLI flags) win."""
+        """Read the TTS_* variables (docs/engine.md, "Configuration"); keyword overrides (e.g. CLI flags) win."""
         env = Env(environ)
         cfg = cls(
             model_dir=env.str("TTS_DEEP_STREAM_MODEL_DIR", ""),
             device=env.str("TTS_DEEP_STREAM_DEVICE", "auto"),
             dtype=env.choice("TTS_DEEP_STREAM_DTYPE", "auto", ("auto", "bfloat16", "float16", "float32")),
-            packet_frames=env.int("TTS_DEEP_STREAM_PACKET_TOKENS", 1, lo=1, hi=64),
-            first_packet_frames=env.int("TTS_DEEP_STREAM_FIRST_PACKET_TOKENS", 1, lo=1, hi=64),
+            packet_frames=env.int("TTS_DEEP_STREAM_PACKET_TOKENS", 1, lo=1, hi=MAX_PACKET_FRAMES),
+            first_packet_frames=env.int("TTS_DEEP_STREAM_FIRST_PACKET_TOKENS", 1, lo=1, hi=MAX_PACKET_FRAMES),
             deterministic=env.bool("TTS_DEEP_STREAM_DETERMINISTIC", True),
             deterministic_policy=env.choice("TTS_DEEP_STREAM_DETERMINISTIC_POLICY", "greedy", ("greedy", "seeded")),
             seed=env.int("TTS_DEEP_STREAM_SEED", 42, lo=0, hi=2**62),
@@ -119,6 +123,7 @@ class EngineConfig:
             client_buffer_ms=env.float("TTS_DEEP_STREAM_CLIENT_BUFFER_MS", 0.0, lo=0.0, hi=5000.0),
             max_positions=env.int("TTS_DEEP_STREAM_MAX_POSITIONS", 768, lo=128, hi=32768),
             max_text_chars=env.int("TTS_DEEP_STREAM_MAX_TEXT_CHARS", 20_000, lo=1, hi=100_000),
+            runaway_scale=env.float("TTS_DEEP_STREAM_RUNAWAY_SCALE", 1.0, lo=0.25, hi=20.0),
             max_buffered_seconds=env.float("TTS_DEEP_STREAM_MAX_BUFFER_SECONDS", 600.0, lo=1.0, hi=86_400.0),
             metrics=env.bool("TTS_DEEP_STREAM_METRICS", True),
             cpu_threads=env.int("TTS_DEEP_STREAM_CPU_THREADS", max(1, (os.cpu_count() or 1) - 1), lo=0, hi=1024),
@@ -154,6 +159,8 @@ class EngineConfig:
         ):
             if value < lo:
                 raise ConfigError(f"{name}={value} is out of range (allowed: >= {lo})")
+        if not self.runaway_scale > 0:
+            raise ConfigError(f"TTS_DEEP_STREAM_RUNAWAY_SCALE={self.runaway_scale} is out of range (allowed: > 0)")
 
 
 MAX_SLOTS = 1024

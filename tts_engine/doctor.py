@@ -12,7 +12,7 @@ Contract:
   value (every tensor fits if that key had another value), the problem names that key, its value and the value the
   tensors fit, instead of blaming the tensors. Tensors outside the prefixes we load (`speaker_encoder.*` of a Base
   model, the codec's `encoder.*`) are ignored; unexpected tensors inside them (`talker.*`, `decoder.*`) are problems
-  (the official module tree saves exactly the tensors ours expects: shared/reference/parity_reference.md).
+  (the official module tree saves exactly the tensors ours expects: tests/parity/official_ref.py loads it).
 - `verify(model_dir)` raises `CheckpointError` whose one-line message joins all problems with " | ".
   `tts_engine.model.loader.load_model` calls it before it reads a weight, so `Engine.load` (serve, simulate, the agent
   worker), `synthesize` and the benches all run it; `agent.preflight.check_weights` reports `diagnose`'s problems.
@@ -30,7 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+from safetensors import safe_open
+
 from tts_engine.errors import CheckpointError
+from tts_engine.model.codec_config import CodecConfig, decoder_tensor_shapes
+from tts_engine.model.config import ModelConfig
+from tts_engine.model.talker import TTSWeights
 
 Shapes = dict[str, tuple[int, ...]]
 
@@ -85,8 +91,6 @@ def verify(model_dir: str | Path) -> Diagnosis:
 
 # ---- talker: config.json + model.safetensors ------------------------------------------------------------------
 def _check_talker(root: Path, diag: Diagnosis) -> None:
-    from tts_engine.model.config import ModelConfig
-
     config_ok = True
     try:
         ModelConfig.from_dir(root)
@@ -108,11 +112,6 @@ def _check_talker(root: Path, diag: Diagnosis) -> None:
 
 
 def _talker_shapes(config: dict[str, Any], gen: dict[str, Any]) -> Shapes:
-    import torch
-
-    from tts_engine.model.config import ModelConfig
-    from tts_engine.model.talker import TTSWeights
-
     cfg = ModelConfig.from_dicts(config, gen)
     with torch.device("meta"):
         return {name: tuple(t.shape) for name, t in TTSWeights(cfg).state_dict().items()}
@@ -120,8 +119,6 @@ def _talker_shapes(config: dict[str, Any], gen: dict[str, Any]) -> Shapes:
 
 # ---- speech tokenizer --------------------------------------------------------------------------------------------
 def _check_codec(folder: Path, diag: Diagnosis) -> None:
-    from tts_engine.model.codec_config import CodecConfig, decoder_tensor_shapes
-
     config_path = folder / "config.json"
     if not folder.is_dir():
         diag.problems.append(f"{folder}: required speech tokenizer folder is missing")
@@ -162,8 +159,6 @@ def _header_shapes(path: Path, diag: Diagnosis) -> Shapes | None:
     if not path.is_file():
         diag.problems.append(f"{path}: required weights file is missing")
         return None
-    from safetensors import safe_open
-
     try:
         with safe_open(str(path), framework="numpy") as f:
             return {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}

@@ -1,30 +1,26 @@
-"""`Engine`: the one public entry point of the TTS engine (DESIGN.md §3).
+"""`Engine`: the one public entry point of the TTS engine: text in, 24 kHz PCM packets out.
 
     engine = Engine.load(model_dir, EngineConfig.from_env())     # weights + warm-up
     async for packet in engine.stream(text, speaker="serena"):    # Packet: pcm int16, index, frames, t_ready
         ...
     pcm = await engine.synthesize(text, speaker="serena")         # the same path, concatenated
+    stream = engine.open_text_stream("serena", layout="tokens")    # text pushed as it comes: push(), close()
 
-Contract:
-- All model work runs on one worker thread (runtime/scheduler.py), never on the event loop. `stream()`
-  validates the request on the caller's thread (cheap checks, so bad input raises at once with a
-  `TTSInputError` naming the field) and returns a `StreamHandle` (runtime/stream.py).
-- Leaving the `async for`, `aclose()`, or cancelling the consuming task cancels the stream; its GPU
-  work stops within one frame step and its slot frees. A slow consumer never stalls other streams: its
-  unread audio is capped (`max_buffered_seconds`), past the cap its stream alone is cancelled with
+Contract (docs/engine.md has the whole story):
+- All model work runs on one worker thread (runtime/scheduler.py), never on the event loop. Calls validate on the
+  caller's thread (bad input raises at once, a `TTSInputError` naming the field) and return a handle to iterate.
+- Leaving the iteration, `aclose()`, or cancelling the consuming task cancels the stream within one frame step. A
+  slow consumer never stalls others: past `max_buffered_seconds` of unread audio its stream alone ends with
   `StreamOverflowError`.
-- Slots (`TTS_DEEP_STREAM_MAX_STREAMS`, default auto: what fits the GPU memory free at load, 16 on a CPU) size
-  the caches; capacity is measured at load on CUDA: the most rows whose step fits `step_budget_ms` (a frame is
-  80 ms of audio). At most `capacity` streams run; up to `queue_limit` more wait for one to end (in arrival
-  order); one more raises `EngineBusyError` at once (the server turns that into 503 + Retry-After), so running
-  streams never slow down past real time. `capacity()` / `active_streams()` feed the agent's load_fnc.
-- Any length up to `max_text_chars` (TTS_DEEP_STREAM_MAX_TEXT_CHARS): a text too long for one stream's KV positions
-  is cut at sentence boundaries (text/segment.py) and spoken as ONE stream of consecutive segments, packet indices
-  continuous (runtime/chained.py); `open_text_stream()` takes text pushed in pieces the same way.
-- `synthesize` is `stream` concatenated, so offline and streaming PCM are identical by construction;
-  packet sizes only regroup samples of a decoder that always steps one frame at a time.
-- Deterministic mode: greedy, or seeded sampling with a per-stream seed (config seed unless the call
-  gives one); sampling randomness is counter-based per stream, so bytes repeat run after run.
+- At most `capacity()` streams run at once (measured at load on CUDA, every slot on a CPU); up to `queue_limit` more
+  wait in arrival order; one more raises `EngineBusyError` at once. Each open stream holds one reservation until it
+  ends (`active_streams()`, `load_fraction()`).
+- Text of any length up to `max_text_chars`: a text too long for one stream's KV positions is cut at sentence
+  boundaries and spoken as one stream of consecutive segments (runtime/chained.py). Text that arrives in pieces:
+  `open_text_stream`, layout "segments" (cut as it arrives, each segment spoken whole: runtime/chained.py,
+  text/segment.py) or "tokens" (the model's streaming-text layout, one token per frame: runtime/text_feed.py for the
+  caller's side, runtime/text_rows.py and runtime/slots.py for the worker's).
+- `synthesize` is `stream` concatenated; greedy or seeded sampling gives the same bytes run after run.
 """
 
 from __future__ import annotations
@@ -38,12 +34,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from tts_engine.audio_format import MAX_PACKET_FRAMES, SAMPLE_RATE, SAMPLES_PER_FRAME
 from tts_engine.config import EngineConfig
 from tts_engine.errors import (
     ConfigError,
@@ -54,12 +52,16 @@ from tts_engine.errors import (
     UnknownLanguageError,
     UnknownSpeakerError,
 )
+from tts_engine.model.loader import load_model
 from tts_engine.niceness import lower_thread
 from tts_engine.runtime.admission import AdmissionPolicy, resolve_slots
 from tts_engine.runtime.chained import ChainedStream, SegmentSource, TextFitter
 from tts_engine.runtime.codedump import CodeDumper
+from tts_engine.runtime.codegen import HARD_CEILING_FRAMES, CodeGenerator, SamplingParams
+from tts_engine.runtime.fusion import fuse_model
 from tts_engine.runtime.metrics import EngineCounters, StreamMetrics
 from tts_engine.runtime.scheduler import Scheduler
+from tts_engine.runtime.step_graphs import StepGraphs
 from tts_engine.runtime.stream import (
     EngineClosedError,
     Packet,
@@ -68,18 +70,14 @@ from tts_engine.runtime.stream import (
     StreamOverflowError,
     StreamRequest,
 )
-from tts_engine.runtime.text_feed import TextFeed
-from tts_engine.text_streams import TextStreams
+from tts_engine.runtime.text_feed import TextFeed, TokenTextStream
 
 __all__ = ["Engine", "EngineClosedError", "Packet", "StreamHandle", "StreamMetrics", "StreamOverflowError"]
 
 log = logging.getLogger(__name__)
 
-SAMPLE_RATE = 24_000
-SAMPLES_PER_FRAME = 1920
-MAX_PACKET_FRAMES = 64
-MAX_FRAMES = 2048  # the code generator's hard ceiling (163.84 s)
 WARMUP_TEXT = "Hello, this is a warm-up."
+LAYOUTS = ("segments", "tokens")
 
 
 def _check_int(name: str, value: object, lo: int, hi: int) -> None:
@@ -89,21 +87,31 @@ def _check_int(name: str, value: object, lo: int, hi: int) -> None:
         raise TTSInputError(f"{name}={value!r} is not allowed; give an integer {lo}..{hi}", field=name)
 
 
-class Engine(TextStreams):
+@dataclass(frozen=True)
+class CallOptions:
+    """One call's checked options: everything but its text (a chain's segments share them)."""
+
+    speaker: str
+    language: str
+    instruct: str | None
+    packet_frames: int | None
+    first_packet_frames: int | None
+    seed: int | None
+    max_frames: int | None
+
+
+class Engine:
     """Loads a checkpoint once and serves many concurrent streams from one worker thread."""
 
     def __init__(self, model: Any, config: EngineConfig) -> None:
-        from tts_engine.runtime.codegen import CodeGenerator
-        from tts_engine.runtime.fusion import fuse_model
-        from tts_engine.runtime.step_graphs import StepGraphs
-
         self.model = model
         self.config = config
         self.device: torch.device = model.device
         self.counters = EngineCounters()
         fusion = fuse_model(model)  # CUDA: compiled (fused) layer pieces, before any graph is captured
         self.slots = resolve_slots(config, model)
-        self.codegen = CodeGenerator(model, max_slots=self.slots, max_seq_len=config.max_positions)
+        self.codegen = CodeGenerator(model, max_slots=self.slots, max_seq_len=config.max_positions,
+                                     cap_scale=config.runaway_scale)
         self._dumper = CodeDumper(config.code_dump_dir) if config.code_dump_enable else None
         self._open: set[int] = set()  # id() of channels holding a reservation
         self._lock = threading.Lock()
@@ -142,8 +150,6 @@ class Engine(TextStreams):
 
     def _admit_probe(self, slots: list[int]) -> None:
         """Real admissions (prompts + one batched prefill) for the cost measurement at load."""
-        from tts_engine.runtime.codegen import SamplingParams
-
         prompts = [self.codegen.prepare(WARMUP_TEXT, self.speakers[0], "auto") for _ in slots]
         self.codegen.admit_many(slots, prompts, [SamplingParams.greedy()] * len(slots))
 
@@ -153,8 +159,6 @@ class Engine(TextStreams):
         cls, model_dir: str | Path | None = None, config: EngineConfig | None = None, *, warmup: bool = True
     ) -> Engine:
         """Load weights (CheckpointError names the missing/bad file) and warm the engine up."""
-        from tts_engine.model.loader import load_model
-
         config = config if config is not None else EngineConfig.from_env()
         model_dir = str(model_dir) if model_dir else config.model_dir
         if not model_dir:
@@ -215,12 +219,22 @@ class Engine(TextStreams):
         first_packet_frames: object = None,
     ) -> tuple[str, str, str]:
         """Cheap checks on the caller's thread; returns normalised (text, speaker, language)."""
+        text = self._check_text(text)
+        speaker, language = self._check_voice(speaker, language)
+        _check_int("packet_frames", packet_frames, 1, MAX_PACKET_FRAMES)
+        _check_int("first_packet_frames", first_packet_frames, 1, MAX_PACKET_FRAMES)
+        return text, speaker, language
+
+    def _check_text(self, text: object) -> str:
         if not isinstance(text, str):
             raise TTSInputError(f"text must be a string, got {type(text).__name__}", field="text")
         if not text.strip():
             raise EmptyTextError()
         if len(text) > self.config.max_text_chars:
             raise TextTooLongError(len(text), self.config.max_text_chars)
+        return text
+
+    def _check_voice(self, speaker: object, language: object) -> tuple[str, str]:
         if not isinstance(speaker, str):
             raise TTSInputError(f"speaker must be a string, got {type(speaker).__name__}", field="speaker")
         if speaker.strip().lower() not in self.speakers:
@@ -231,9 +245,27 @@ class Engine(TextStreams):
             raise TTSInputError(f"language must be a string, got {type(language).__name__}", field="language")
         if language.strip().lower() not in self.languages:
             raise UnknownLanguageError(language, self.languages)
-        _check_int("packet_frames", packet_frames, 1, MAX_PACKET_FRAMES)
-        _check_int("first_packet_frames", first_packet_frames, 1, MAX_PACKET_FRAMES)
-        return text, speaker.strip().lower(), language.strip().lower()
+        return speaker.strip().lower(), language.strip().lower()
+
+    def _check_call(self, text: object, speaker: object, language: object, *, instruct: str | None = None,
+                    packet_frames: object = None, first_packet_frames: object = None, seed: object = None,
+                    max_frames: object = None) -> tuple[str, CallOptions]:
+        """Every check of a call (text None: text still to come), counted in `input_errors` when one fails."""
+        if self._closed or not self.scheduler.alive:
+            raise EngineClosedError("the TTS engine " + ("is closed" if self._closed else "worker is not running"))
+        try:
+            checked, speaker, language = self.validate("-" if text is None else text, speaker, language,
+                                                       packet_frames=packet_frames,
+                                                       first_packet_frames=first_packet_frames)
+            _check_int("seed", seed, 0, 2**62 - 1)
+            _check_int("max_frames", max_frames, 1, HARD_CEILING_FRAMES)
+        except TTSInputError:
+            self.counters.add("input_errors")
+            raise
+        return ("" if text is None else checked), CallOptions(
+            speaker=speaker, language=language, instruct=instruct, packet_frames=packet_frames,  # type: ignore[arg-type]
+            first_packet_frames=first_packet_frames, seed=seed, max_frames=max_frames,  # type: ignore[arg-type]
+        )
 
     def stream(
         self,
@@ -251,70 +283,81 @@ class Engine(TextStreams):
         """Start one stream; iterate the returned handle with `async for`. Call from a running event loop.
         A text too long for one stream's KV positions is cut at sentence boundaries and spoken as one continuous
         stream of consecutive segments (runtime/chained.py); `max_frames` then caps each segment."""
-        options = self._check_call(text, speaker, language, packet_frames=packet_frames,
-                                   first_packet_frames=first_packet_frames, seed=seed, max_frames=max_frames)
-        text, rid = options.pop("text"), request_id or uuid.uuid4().hex[:16]
+        text, options = self._check_call(text, speaker, language, instruct=instruct, packet_frames=packet_frames,
+                                         first_packet_frames=first_packet_frames, seed=seed, max_frames=max_frames)
+        rid = request_id or uuid.uuid4().hex[:16]
         pieces = self._fitter.iter_split(text, instruct)
         head = list(itertools.islice(pieces, 2))  # the rest is cut while these are spoken
         if len(head) > 1:
-            return self._open_chain(SegmentSource(head, closed=True, more=pieces), len(text), rid, instruct, options)
-        return self._start(text, rid, instruct, options, reserve=True)
-
-    def _check_call(self, text: object, speaker: object, language: object, *, packet_frames: object = None,
-                    first_packet_frames: object = None, seed: object = None,
-                    max_frames: object = None) -> dict[str, Any]:
-        if self._closed or not self.scheduler.alive:
-            raise EngineClosedError("the TTS engine " + ("is closed" if self._closed else "worker is not running"))
-        try:
-            checked, speaker, language = self.validate("-" if text is None else text, speaker, language,
-                                                       packet_frames=packet_frames,
-                                                       first_packet_frames=first_packet_frames)
-            _check_int("seed", seed, 0, 2**62 - 1)
-            _check_int("max_frames", max_frames, 1, MAX_FRAMES)
-        except TTSInputError:
-            self.counters.add("input_errors")
-            raise
-        return {"text": checked, "speaker": speaker, "language": language, "packet_frames": packet_frames,
-                "first_packet_frames": first_packet_frames, "seed": seed, "max_frames": max_frames}
-
-    def _start(self, text: str, request_id: str, instruct: str | None, options: dict[str, Any],
-               *, reserve: bool, text_feed: TextFeed | None = None) -> StreamHandle:
-        metrics = StreamMetrics(request_id, len(text), options["speaker"], options["language"])
-        request = StreamRequest(
-            text=text, speaker=options["speaker"], language=options["language"], instruct=instruct,
-            params=self._sampling_params(options["seed"]), metrics=metrics, max_frames=options["max_frames"],
-            first_packet_frames=options["first_packet_frames"] or self.config.first_packet_frames,
-            packet_frames=options["packet_frames"] or self.config.packet_frames, text_feed=text_feed,
-        )
-        channel = StreamChannel(request, asyncio.get_running_loop(), self.max_buffered_frames)
-        if reserve:
-            self._reserve(channel)
+            return self._open_chain(SegmentSource(head, closed=True, more=pieces), len(text), rid, options)
+        channel = self._channel(text, rid, options)
+        self._reserve(channel)
         self.counters.add("streams_started")
-        if text_feed is None:  # a streaming-text stream is submitted once its first token is known
-            self.scheduler.submit(channel)
+        self.scheduler.submit(channel)
         return StreamHandle(channel, self._release)
 
-    def _reserve(self, key: object) -> None:
-        with self._lock:
-            if len(self._open) >= self.capacity() + self.config.queue_limit:
-                self.counters.add("streams_rejected_busy")
-                raise EngineBusyError(
-                    f"the engine is busy: {self.capacity()} streams run at once (its capacity) and "
-                    f"{self.config.queue_limit} may wait (TTS_DEEP_STREAM_QUEUE); retry shortly"
-                )
-            self._open.add(id(key))
+    def open_text_stream(self, speaker: str, language: str = "auto", *, instruct: str | None = None,
+                         request_id: str | None = None, layout: str = "segments",
+                         **options: Any) -> ChainedStream | TokenTextStream:
+        """A stream whose text arrives in pieces: `push(text)` as it comes, `close()` at its end; iterate the handle
+        for audio. Options as `stream()`. Pushed text counts against TTS_DEEP_STREAM_MAX_TEXT_CHARS; either way a
+        stream whose text runs dry takes no GPU step.
+        - layout "segments": the text is cut into segments as it arrives (text/segment.StreamSegmenter), each spoken
+          whole as an engine stream of its own, all one `ChainedStream` (runtime/chained.py).
+        - layout "tokens": one engine stream in the model's streaming-text layout, one text token joining each frame
+          step (`TokenTextStream`, runtime/text_feed.py); it is submitted once its first token is known, and the
+          worker parks it while its text runs dry (runtime/text_rows.py)."""
+        if layout not in LAYOUTS:
+            raise TTSInputError(f"layout={layout!r} is not allowed; allowed values: {', '.join(LAYOUTS)}",
+                                field="layout")
+        _, checked = self._check_call(None, speaker, language, instruct=instruct, **options)
+        rid = request_id or uuid.uuid4().hex[:16]
+        if layout == "segments":
+            return self._open_chain(SegmentSource(), 0, rid, checked)
+        feed = TextFeed(self.model.tokenizer)
+        channel = self._channel("", rid, checked, text_feed=feed)
+        self._reserve(channel)
+        self.counters.add("streams_started")
+        return TokenTextStream(StreamHandle(channel, self._release), feed, lambda: self.scheduler.submit(channel),
+                               self.scheduler.wake, self.config.max_text_chars, self._fitter.stream_tokens(instruct))
 
-    def _release_chain(self, chain: ChainedStream) -> None:
-        self._open.discard(id(chain))  # lock-free (one atomic set operation): it may run from __del__
+    def _open_chain(self, source: SegmentSource, chars: int, request_id: str, options: CallOptions) -> ChainedStream:
+        """The chain behind a long text and the segments layout: one reservation, its segments started one by one."""
+
+        def open_segment(text: str, segment_id: str) -> StreamHandle:
+            channel = self._channel(text, segment_id, options)
+            self.counters.add("streams_started")
+            self.scheduler.submit(channel)
+            return StreamHandle(channel, lambda _channel: None)  # the chain holds the reservation
+
+        metrics = StreamMetrics(request_id, chars, options.speaker, options.language)
+        chain = ChainedStream(source, open_segment, metrics, self._release,
+                              fit=lambda segment: self._fitter.split(segment, options.instruct),
+                              max_text_chars=self.config.max_text_chars)
+        self._reserve(chain)
+        return chain
+
+    def _channel(self, text: str, request_id: str, options: CallOptions,
+                 text_feed: TextFeed | None = None) -> StreamChannel:
+        metrics = StreamMetrics(request_id, len(text), options.speaker, options.language)
+        request = StreamRequest(
+            text=text, speaker=options.speaker, language=options.language, instruct=options.instruct,
+            params=self._sampling_params(options.seed), metrics=metrics, max_frames=options.max_frames,
+            first_packet_frames=options.first_packet_frames or self.config.first_packet_frames,
+            packet_frames=options.packet_frames or self.config.packet_frames, text_feed=text_feed,
+        )
+        return StreamChannel(request, asyncio.get_running_loop(), self.max_buffered_frames)
+
+    def segments(self, text: str, instruct: str | None = None) -> list[str]:
+        """The pieces `stream(text)` speaks one after another (one piece when the text fits one stream)."""
+        return self._fitter.split(text, instruct)
 
     async def synthesize(self, text: str, speaker: str, language: str = "auto", **options: Any) -> np.ndarray:
         """Offline synthesis: the streaming path, concatenated. Returns int16 PCM at 24 kHz."""
         parts = [packet.pcm async for packet in self.stream(text, speaker, language, **options)]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int16)
 
-    def _sampling_params(self, seed: int | None) -> Any:
-        from tts_engine.runtime.codegen import SamplingParams
-
+    def _sampling_params(self, seed: int | None) -> SamplingParams:
         gen = self.model.config.generation
         if self.config.deterministic and self.config.deterministic_policy == "greedy":
             return SamplingParams.greedy()
@@ -323,9 +366,21 @@ class Engine(TextStreams):
         return SamplingParams.from_generation_config(gen, seed=secrets.randbelow(2**62) if seed is None else seed)
 
     # ---- bookkeeping ----------------------------------------------------------------------------
-    def _release(self, channel: StreamChannel) -> None:
-        with self._lock:
-            self._open.discard(id(channel))
+    def _reserve(self, key: StreamChannel | ChainedStream) -> None:
+        """One reservation per open stream (a chain holds one for all its segments), or EngineBusyError."""
+        with self._lock:  # the check and the add together; `_release` needs no lock
+            if len(self._open) >= self.capacity() + self.config.queue_limit:
+                self.counters.add("streams_rejected_busy")
+                raise EngineBusyError(
+                    f"the engine is busy: {self.capacity()} streams run at once (its capacity) and "
+                    f"{self.config.queue_limit} may wait (TTS_DEEP_STREAM_QUEUE); retry shortly"
+                )
+            self._open.add(id(key))
+
+    def _release(self, key: StreamChannel | ChainedStream) -> None:
+        """Give a reservation back (twice is harmless). Lock-free, one atomic set operation: it runs from the
+        worker thread, from consumers and from `__del__`, which may interrupt a thread holding the lock."""
+        self._open.discard(id(key))
 
     def _on_stream_end(self, channel: StreamChannel) -> None:
         """Called on the worker thread when a stream leaves the engine (any reason)."""
@@ -387,7 +442,8 @@ class Engine(TextStreams):
             "queue_limit": self.config.queue_limit,
             "step_budget_ms": self.config.step_budget_ms,
             "open_streams": self.active_streams(),
-            "running_streams": self.scheduler.active_count,
+            "running_streams": self.scheduler.running_count,
+            "waiting_streams": self.scheduler.waiting_count,
             "pending_streams": self.scheduler.pending_count,
             "worker_alive": self.scheduler.alive,
             "warmup_s": self.warmup_s,

@@ -1,4 +1,4 @@
-"""Regression suite and release gates (DESIGN.md §7): `python -m tts_engine regression --mode fast|full`.
+"""Regression suite and release gates: `python -m tts_engine regression --mode fast|full` (docs/engine.md).
 
 Runs a fixed set of cases through the real engine (in process, warmed up), writes per-case WAVs and code
 dumps plus `summary.json` = {"pass", "gates": {name: {"pass", "value", "threshold", ...}}, "device",
@@ -38,12 +38,18 @@ from typing import Any
 
 import numpy as np
 
+from tts_engine.audio_format import SAMPLE_RATE
+from tts_engine.config import EngineConfig
+from tts_engine.engine import Engine
+from tts_engine.env import load_dotenv
+from tts_engine.errors import CheckpointError, ConfigError
 from tts_engine.percentiles import percentiles
+from tts_engine.replay import decode_codes
+from tts_engine.runtime.codedump import write_code_dump
+from tts_engine.runtime.wav import read_wav, wav_bytes
 
 log = logging.getLogger("tts_engine.regression")
 
-SAMPLES_PER_FRAME = 1920
-SAMPLE_RATE = 24_000
 IDENTICAL_SNR_DB = 200.0
 REPEAT_MAX_PERIOD = 16
 REPEAT_LIMIT_FRAMES = 25
@@ -193,7 +199,6 @@ def evaluate(
     snr_threshold: float,
     ttfa_target: float | None,
 ) -> dict[str, dict[str, Any]]:
-    from tts_engine.replay import decode_codes
 
     gates: dict[str, dict[str, Any]] = {}
     unique = {name: len({sha256(r.pcm) for r in res["runs"]}) for name, res in results.items()}
@@ -285,7 +290,6 @@ def evaluate(
 
 def load_baseline(path: str) -> tuple[dict[str, np.ndarray] | None, str]:
     """Case name -> PCM of a previous run (its summary.json and the WAVs beside it)."""
-    from tts_engine.runtime.wav import read_wav
 
     if not path:
         return None, "no baseline configured (set TTS_REGRESSION_BASELINE or --baseline to a golden summary.json)"
@@ -304,12 +308,6 @@ def load_baseline(path: str) -> tuple[dict[str, np.ndarray] | None, str]:
 
 # ---- the command (its arguments: tts_engine/regression_cli.py) -------------------------------------
 def run(args: argparse.Namespace) -> int:
-    from tts_engine.config import EngineConfig
-    from tts_engine.engine import Engine
-    from tts_engine.env import load_dotenv
-    from tts_engine.errors import CheckpointError, ConfigError
-    from tts_engine.runtime.codedump import write_code_dump
-    from tts_engine.runtime.wav import wav_bytes
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     mode = MODES[args.mode]

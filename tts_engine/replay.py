@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from tts_engine.model.codec import CodecDecoder
+from tts_engine.model.loader import resolve_device
 from tts_engine.runtime.frame_step import pcm_to_int16
 
 
@@ -34,8 +36,6 @@ def decode_codes(decoder: torch.nn.Module, codes: np.ndarray, mode: str = "singl
 
 
 def load_decoder(model_dir: str | Path, device: str = "auto") -> torch.nn.Module:
-    from tts_engine.model.codec import CodecDecoder
-    from tts_engine.model.loader import resolve_device
 
     folder = Path(model_dir) / "speech_tokenizer"
     return CodecDecoder.from_pretrained(folder, resolve_device(device))

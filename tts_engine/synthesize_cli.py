@@ -16,8 +16,16 @@ import sys
 import time
 from pathlib import Path
 
-SAMPLES_PER_FRAME = 1920
-SAMPLE_RATE = 24_000
+import numpy as np
+import torch
+
+from tts_engine.audio_format import SAMPLE_RATE, SAMPLES_PER_FRAME
+from tts_engine.env import Env
+from tts_engine.errors import CheckpointError, TTSInputError
+from tts_engine.model.loader import load_model
+from tts_engine.runtime.codegen import CodeGenerator, SamplingParams
+from tts_engine.runtime.wav import wav_bytes
+
 DECODE_CHUNK_FRAMES = 25
 DEFAULT_MAX_POSITIONS = 4096
 
@@ -39,8 +47,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tts_engine.errors import CheckpointError, TTSInputError
-
     try:
         return _synthesize(args)
     except (CheckpointError, TTSInputError, ValueError, OSError) as exc:
@@ -49,14 +55,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _synthesize(args: argparse.Namespace) -> int:
-    import numpy as np
-    import torch
-
-    from tts_engine.env import Env
-    from tts_engine.model.loader import load_model
-    from tts_engine.runtime.codegen import CodeGenerator, SamplingParams
-    from tts_engine.runtime.wav import wav_bytes
-
     max_positions = Env().int("TTS_DEEP_STREAM_MAX_POSITIONS", DEFAULT_MAX_POSITIONS, lo=128, hi=32768)
     text = Path(args.text_file).read_text(encoding="utf-8") if args.text_file else args.text
     start = time.monotonic()

@@ -137,28 +137,40 @@ async function openMic() {
   }
 }
 
+// The token comes from LiveKit's standard token endpoint through livekit-client's own TokenSource
+// (docs/token_server.md): POST {room_name, participant_name, room_config: {agents: [{agent_name}]}} ->
+// {server_url, participant_token}; the room and identity the server chose are read back from the token.
+const tokenSource = LK?.TokenSource.endpoint("/api/token");
+
 async function fetchToken() {
-  const body = {};
+  const options = {};
   const room = $("room-input").value.trim();
   const name = $("name-input").value.trim();
-  if (room) body.room = room;
-  if (name) body.name = name;
-  let resp;
+  if (room) options.roomName = room;
+  if (name) options.participantName = name;
+  if (call.config?.agent_name) options.agentName = call.config.agent_name;
+  let details;
   try {
-    resp = await fetch("/api/token", {
-      method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify(body),
-    });
+    details = await tokenSource.fetch(options, true); // force: a fresh token (and identity) for every Join
   } catch (err) {
-    throw new UserFacingError(`Token server unreachable (${err.message}).`);
+    throw tokenError(err);
   }
-  const data = await resp.json().catch(() => ({}));
-  if (!resp.ok) {
-    const field = data.field ? ` [${data.field}]` : "";
-    throw new UserFacingError(`Token error (HTTP ${resp.status})${field}: ${data.error ?? resp.statusText}`);
-  }
-  return data;
+  const claims = LK.decodeTokenPayload(details.participantToken);
+  return {
+    url: details.serverUrl, token: details.participantToken, room: claims.video?.room, identity: claims.sub,
+    expires_at: claims.exp,
+  };
+}
+
+// TokenSource.endpoint reports an HTTP error as "... received STATUS / BODY"; the body is the server's
+// {error, field}. Anything else is a network failure.
+function tokenError(err) {
+  const answer = /received (\d+) \/ ([\s\S]*)$/.exec(err?.message ?? "");
+  if (!answer) return new UserFacingError(`Token server unreachable (${err?.message ?? err}).`);
+  let data = {};
+  try { data = JSON.parse(answer[2]); } catch { /* not our JSON: show the text */ }
+  const field = data.field ? ` [${data.field}]` : "";
+  return new UserFacingError(`Token error (HTTP ${answer[1]})${field}: ${data.error ?? answer[2]}`);
 }
 
 async function connectRoom(room, grant) {

@@ -18,6 +18,8 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
+from tts_engine.errors import ConfigError
+
 logger = logging.getLogger("agent.local")
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,8 +39,6 @@ def _port(env: Mapping[str, str], name: str, default: int) -> int:
     if not raw:
         return default
     if not raw.isdigit() or not 1 <= int(raw) <= 65535:
-        from tts_engine.errors import ConfigError
-
         raise ConfigError(f"{name}={raw!r} is not a port (allowed: 1..65535)")
     return int(raw)
 

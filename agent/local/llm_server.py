@@ -8,8 +8,9 @@ enough to show a call working; it is not a production LLM.
 
 Options: --host (127.0.0.1), --port (LOCAL_LLM_PORT or 8012), --model (GGUF path; default the bundled
 file), --n-ctx (2048), --threads (1: the worker, VAD and the TTS engine share the CPU), --nice (10: the
-server runs at a lowered priority, so WebRTC's audio threads never wait for it; 0 = off). Exit 2 with one
-line when the model file is missing.
+server runs at a lowered priority, so WebRTC's audio threads never wait for it; 0 = off). Concurrent requests
+queue (llama_cpp.server's `interrupt_requests` is off: by default a waiting request cuts the running answer short).
+Exit 2 with one line when the model file is missing.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ def build_argv(args: argparse.Namespace) -> list[str]:
         "--model", str(args.model), "--model_alias", LOCAL_LLM_MODEL,
         "--host", args.host, "--port", str(args.port),
         "--n_ctx", str(args.n_ctx), "--n_threads", str(args.threads),
+        # llama_cpp.server ends a streaming answer with [DONE] as soon as another request waits (its default):
+        # with two calls at once one of them got an empty reply and said nothing. Requests wait their turn instead.
+        "--interrupt_requests", "false",
     ]  # fmt: skip
 
 

@@ -17,7 +17,9 @@ each STT body carries its audio, and a soak or a long property run would otherwi
 A client closing an SSE stream mid-reply (the agent's barge-in cancel) is normal: counted in `streams_dropped`,
 logged at DEBUG.
 
-CLI: `python -m agent.tools.fake_openai --port N [--host H] [--stt-latency-ms MS] [--llm-ttft-ms MS]`.
+Tokens stream on an absolute schedule (token i at first token + i intervals), so writing them does not slow the
+rate. CLI: `python -m agent.tools.fake_openai --port N [--host H] [--preset production] [--stt-latency-ms MS]
+[--llm-ttft-ms MS] [--token-ms MS]` (`production`: STT 150 ms, first token 150 ms, then 40 tokens/s).
 """
 
 from __future__ import annotations
@@ -79,7 +81,10 @@ class Script:
 
 
 def _tokens(text: str) -> list[str]:
-    return re.findall(r"\S+\s*", text)
+    """Stream deltas as a real tokenizer gives them: a word and its trailing space, and CJK one character at a
+    time (with a punctuation mark after it), since that text has no spaces to split at."""
+    return re.findall(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff][\u3000-\u303f\uff00-\uffef]?\s*"
+                      r"|[^\s\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff]+\s*", text)
 
 
 class BadRequest(Exception):
@@ -237,10 +242,13 @@ class FakeOpenAIServer:
     ) -> None:
         script = self.script
         await resp.write(_sse(_chunk(rid, body["model"], {"role": "assistant", "content": ""})))
+        loop = asyncio.get_running_loop()
+        due = loop.time()  # tokens keep an absolute schedule: the time spent writing does not slow the rate down
         for i, token in enumerate(tokens):
             if i:
                 delays = script.token_delays_s
-                await asyncio.sleep(delays[(i - 1) % len(delays)] if delays else script.token_interval_s)
+                due += delays[(i - 1) % len(delays)] if delays else script.token_interval_s
+                await asyncio.sleep(max(0.0, due - loop.time()))
             await resp.write(_sse(_chunk(rid, body["model"], {"content": token})))
             if self.observer is not None:
                 self.observer("llm_token")
@@ -316,15 +324,27 @@ def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": {"message": message, "type": kind, "code": status}}, status=status)
 
 
+#: CLI timings (ms): the test default, and what production's vLLM / Qwen3-Omni roughly gives (issue 32's GPU-host runs)
+PRESETS = {
+    "default": {"stt_latency_ms": 50.0, "llm_ttft_ms": 50.0, "token_ms": 10.0},
+    "production": {"stt_latency_ms": 150.0, "llm_ttft_ms": 150.0, "token_ms": 25.0},
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agent.tools.fake_openai", description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--stt-latency-ms", type=float, default=50.0)
-    parser.add_argument("--llm-ttft-ms", type=float, default=50.0)
-    parser.add_argument("--token-ms", type=float, default=10.0)
+    parser.add_argument("--preset", choices=sorted(PRESETS),
+                        help="production: STT 150 ms, LLM first token 150 ms then 40 tokens/s (flags below override)")
+    parser.add_argument("--stt-latency-ms", type=float)
+    parser.add_argument("--llm-ttft-ms", type=float)
+    parser.add_argument("--token-ms", type=float)
     parser.add_argument("--model", default="qwen3-omni")
     args = parser.parse_args(argv)
+    for key, value in PRESETS[args.preset or "default"].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     if not 0 <= args.port <= 65535:
         parser.error(f"--port {args.port} is out of range (allowed: 0..65535)")
     script = Script(

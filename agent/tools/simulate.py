@@ -40,9 +40,10 @@ from typing import Any
 from agent.config import AgentConfig
 from agent.engine_client import TTSBackend
 from agent.output import FrameRecord
+from agent.process_tuning import tune_runtime
 from agent.tools.fake_openai import FakeOpenAIServer, Script
 from agent.tools.sim_microphone import WavMicrophone, espeak_pcm
-from agent.voice import Call, tune_runtime
+from agent.voice import Call
 from tts_engine.errors import CheckpointError
 from tts_engine.percentiles import percentiles
 
@@ -131,7 +132,7 @@ def describe(call: Call) -> str:
     parts = [
         f"controller {ctl.state.value}, reply {'open' if ctl.reply is not None else 'none'}",
         f"livekit {session.agent_state}, speech {'none' if speech is None else speech.id}",
-        f"apology pending {call.apology_pending}, queued {call.output.source.queued_duration * 1000:.0f} ms",
+        f"apology pending {call.apology.pending}, queued {call.output.source.queued_duration * 1000:.0f} ms",
     ]
     if turn is not None:
         parts.append(f"turn {turn.turn_id} {turn.outcome}: points {sorted(turn.points)}, errors {turn.errors}")
@@ -215,6 +216,7 @@ async def run_call(opts: SimOptions, *, backend: TTSBackend, vad: Any) -> CallRe
             await call.aclose()
     traces = list(call.collector.records)
     by_index = {rec["turn_index"]: rec for rec in traces}
+    turn_of_reply = {rec["reply_id"]: rec["turn_index"] for rec in traces if rec["reply_id"]}
     reply_frames: dict[str, int] = {}
     for fr in frames:
         reply_frames[fr.reply_id] = reply_frames.get(fr.reply_id, 0) + 1
@@ -226,11 +228,7 @@ async def run_call(opts: SimOptions, *, backend: TTSBackend, vad: Any) -> CallRe
                 user_text=lines[i],
                 barge_in=barge[i],
                 trace=rec,
-                frames=0 if rec is None else sum(
-                    n for rid, n in reply_frames.items()
-                    if (r := call.controller.reply_for(rid)) is not None and r.turn is not None
-                    and r.turn.index == i + 1
-                ),
+                frames=sum(n for rid, n in reply_frames.items() if turn_of_reply.get(rid) == i + 1),
                 errors=[] if rec is None else list(rec["errors"]),
             )
         )

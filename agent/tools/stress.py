@@ -44,12 +44,13 @@ from typing import Any
 
 from agent.config import AgentConfig
 from agent.output import FrameRecord
+from agent.process_tuning import release_free_memory, tune_runtime
 from agent.tools.fake_openai import FakeOpenAIServer, Script
 from agent.tools.process_probes import ErrorLog, rss_mb, rss_parts_mb, task_census
 from agent.tools.sim_microphone import WavMicrophone, espeak_pcm
 from agent.tools.simulate import load_backend, load_vad
 from agent.tools.stress_report import plot, summarize
-from agent.voice import Call, release_free_memory, tune_runtime
+from agent.voice import Call
 
 logger = logging.getLogger("agent.tools.stress")
 

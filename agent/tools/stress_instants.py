@@ -234,9 +234,9 @@ def write(out: Path, records: list[Round], summary: dict[str, Any]) -> None:
 
 def main_instants(args: Any, cfg: Any, out: Path) -> int:
     """`python -m agent.tools.stress --rounds N --instants` (argument checks done by agent.tools.stress)."""
+    from agent.process_tuning import tune_runtime
     from agent.tools.process_probes import ErrorLog
     from agent.tools.simulate import load_backend, load_vad
-    from agent.voice import tune_runtime
 
     backend, engine = load_backend(args, out)
     tune_runtime()

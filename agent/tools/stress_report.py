@@ -7,14 +7,36 @@ status). Percentiles are tts_engine.percentiles' one definition; drift compares 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from tts_engine.percentiles import percentiles
 
-if TYPE_CHECKING:
-    from agent.tools.stress import Runner, StressOptions
+
+class Runner(Protocol):
+    """What the summary reads of a run (agent/tools/stress.py's Runner)."""
+
+    turns: list[Any]  # TurnRecord
+    harness_errors: list[str]
+    stuck: list[str]
+    leaked: list[str]
+    illegal_transitions: int
+    tasks_before_close: list[dict[str, int]]
+
+    def engine_streams(self) -> int: ...
+
+
+class StressOptions(Protocol):
+    """What the summary reads of the run's options (agent/tools/stress.py's StressOptions)."""
+
+    mode: str
+    seed: int
+    min_delay_s: float
+    max_delay_s: float
+    turns_per_call: int
+    count: int
+    barge_every: int
 
 TARGETS_STRESS = {"errors": 0, "stale_frames_after_cancel": 0, "stuck_states": 0, "cancel_to_silence_p95_ms": 20.0}
 TARGETS_SOAK = {"rss_growth_mb": 50.0, "leaked_tasks": 0, "p95_drift_pct": 10.0}

@@ -1,8 +1,8 @@
 """Latency review of per-turn traces: `python -m agent.tools.trace_review FILES... [--since T] [--plot PNG] [--json]`.
 
 Contract:
-- Input: JSONL files written by the TraceCollector (DESIGN.md §5, traces/README.md): one JSON object per
-  turn with the nine points in seconds relative to t0 = `vad_speech_end`, session/turn ids, and optional
+- Input: JSONL files written by the TraceCollector (traces/README.md): one JSON object per turn with the nine
+  points (and `turn_committed`) in seconds relative to t0 = `vad_speech_end`, session/turn ids, and optional
   interruption records. The points may sit at the top level or under a `points` object.
 - Output: per segment (below) count, P50/P95/P99/max in ms and the slowest turns with their ids; as a text
   table (default) or JSON (`--json`), plus a PNG of the latency breakdown (`--plot`).
@@ -49,8 +49,9 @@ LABELS = {
     "e2e": "e2e",
     CANCEL: "cancel→silence",
 }
-# segments stacked in the per-turn plot: they partition vad_speech_end -> first_frame_published
-BREAKDOWN = [name for name, _, _ in SEGMENTS if name not in ("e2e", "user_speech")]
+# the stacked stages run one after another from the end of speech; `end_of_turn` overlaps them (the decision is
+# taken while STT runs), `e2e` is their sum, `user_speech` precedes the origin
+BREAKDOWN = [name for name, _, _ in SEGMENTS if name not in ("e2e", "user_speech", "end_of_turn")]
 # keys under which a trace may carry its wall-clock time (for --since) and its ids
 _WALL_KEYS = ("wall_time", "t0_wall", "timestamp", "ts", "time", "started_at")
 _SESSION_KEYS = ("session_id", "session", "room")

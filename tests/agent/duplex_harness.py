@@ -92,6 +92,7 @@ class ScriptedMic(io.AudioInput):
         self._pending: deque[int] = deque()  # voiced frames still to play
         self._t_next: float | None = None
         self._closed = False
+        self.quiet_frames = 0  # silent frames played since the last voiced one
         t = np.arange(self.spf) / MIC_RATE
         self._voiced = (3000 * np.sin(2 * np.pi * 220 * t)).astype(np.int16).tobytes()
         self._silent = bytes(self.spf * 2)
@@ -102,6 +103,10 @@ class ScriptedMic(io.AudioInput):
     @property
     def speaking(self) -> bool:
         return bool(self._pending)
+
+    def quiet_for(self, seconds: float) -> bool:
+        """Nothing voiced is left to play and at least `seconds` of silence (audio time) went out since."""
+        return not self._pending and self.quiet_frames * MIC_FRAME_MS >= seconds * 1000
 
     def close(self) -> None:
         self._closed = True
@@ -115,9 +120,10 @@ class ScriptedMic(io.AudioInput):
             await asyncio.sleep(self._t_next - now)
         self._t_next += MIC_FRAME_MS / 1000 / self.speed
         data = self._silent
+        self.quiet_frames += 1
         if self._pending:
             self._pending.popleft()
-            data = self._voiced
+            data, self.quiet_frames = self._voiced, 0
         return rtc.AudioFrame(data, MIC_RATE, 1, self.spf)
 
 
@@ -205,7 +211,8 @@ def fast_config(base_url: str, **overrides: Any) -> AgentConfig:
     values: dict[str, Any] = dict(
         stt_base_url=base_url, llm_base_url=base_url, aec_warmup_s=0.0, resume_false_interruption=False,
         min_endpointing=0.0, interrupt_min_speech_s=0.04, stt_timeout_s=2.0, llm_timeout_s=2.0,
-        api_max_retry=0, enable_continuation=False, traces_dir="",
+        api_max_retry=0, enable_continuation=False, traces_dir="", eot_max_delay_s=0.05, eot_medium_delay_s=0.03,
+        overlap_confirm_s=0.04,
     )
     values.update(overrides)
     return dataclasses.replace(base, **values)

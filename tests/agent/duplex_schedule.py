@@ -23,6 +23,7 @@ from typing import Any
 from agent.duplex import State
 from agent.output import FrameRecord
 from agent.tools.fake_openai import FakeOpenAIServer, Script
+from agent.tracing import Outcome
 from agent.voice import Call
 from tests.agent.duplex_harness import (
     EnergyVAD,
@@ -36,7 +37,7 @@ from tests.agent.duplex_harness import (
 )
 
 MILESTONES = ("speech_created", "llm_request", "llm_token", "tts_segment", "tts_packet", "frame")
-OUTCOMES = {"answered", "interrupted", "no_transcript", "error", "unanswered"}
+OUTCOMES = {o.value for o in Outcome} - {"open", "worker_lost"}
 # A wait fails ("stuck") after SETTLE_S with no progress at all (no milestone, frame, state transition or turn),
 # or after MAX_SETTLE_S in any case. A stuck call makes no progress; a starved process makes it slowly (on an
 # overloaded host every one of a reply's paced frames waits for a core), which a flat budget misread as stuck.
@@ -44,6 +45,7 @@ OUTCOMES = {"answered", "interrupted", "no_transcript", "error", "unanswered"}
 # the call or the harness, could have made progress then.
 SETTLE_S = 4.0
 MAX_SETTLE_S = 60.0
+MIC_SETTLE_S = 0.2  # audio seconds of silence after which the EnergyVAD (60 ms hangover) has ended an utterance
 
 
 @dataclass
@@ -74,14 +76,28 @@ class Outcome:
     wall_s: float = 0.0
 
 
+def utterances_without_a_turn(call: Call) -> int:
+    """Utterances that joined no new turn: said over a playing answer and judged a backchannel or a noise, or said
+    after a pause inside a turn not yet committed (the turn went on)."""
+    collector = call.collector
+    turns = [*collector._held, *([collector.current] if collector.current is not None else [])]
+    open_turns = [t for t in turns if not t.finished]
+    overlaps = [o.verdict for t in open_turns for o in t.overlaps]
+    overlaps += [o["verdict"] for r in collector.records for o in r["overlaps"]]
+    pauses = sum(len(t.pauses) for t in open_turns) + sum(len(r["pauses"]) for r in collector.records)
+    return sum(1 for v in overlaps if v in ("backchannel", "empty")) + pauses
+
+
 class ScheduleRunner:
     """One fake server and one engine backend for many schedules (one event loop)."""
 
-    def __init__(self, server: FakeOpenAIServer, backend: ScriptedBackend, vad: EnergyVAD) -> None:
+    def __init__(self, server: FakeOpenAIServer, backend: ScriptedBackend, vad: EnergyVAD,
+                 turn_handling: str = "ours") -> None:
         self.server, self.backend, self.vad = server, backend, vad
+        self.turn_handling = turn_handling  # agent/voice.py turn_handling(): ours (answers prepared early) or vad
         self.starvation = StarvationClock()
 
-    async def run(self, turns: list[TurnPlan]) -> Outcome:
+    async def run(self, turns: list[TurnPlan], *, turn_handling: str | None = None, **config: Any) -> Outcome:
         t0 = time.perf_counter()
         out = Outcome()
         if turns and turns[-1].cut is not None and turns[-1].cut.kind == "vad":
@@ -93,7 +109,8 @@ class ScheduleRunner:
                      for i, t in enumerate(turns)],
         )
         frames: list[FrameRecord] = []
-        call = Call(fast_config(self.server.base_url), vad=self.vad, backend=self.backend,
+        cfg = fast_config(self.server.base_url, turn_handling=turn_handling or self.turn_handling, **config)
+        call = Call(cfg, vad=self.vad, backend=self.backend,
                     session_id="prop", traces_dir=None, frame_observer=frames.append, aec_warmup_s=0.0)
         call.output.source = FastSource(speed=16.0)  # type: ignore[assignment]
         call.session.options.session_close_transcript_timeout = 0.01  # no user audio is pending at close
@@ -154,7 +171,9 @@ class ScheduleRunner:
 
         def idle() -> bool:
             ctl = call.controller
-            return (ctl.reply is None and ctl.state is State.LISTENING and not mic.speaking
+            # the VAD has had the audio time to end the last utterance (EnergyVAD: 60 ms of silence) and did
+            return (ctl.reply is None and ctl.state is State.LISTENING and mic.quiet_for(MIC_SETTLE_S)
+                    and not ctl.utterances.in_progress and not ctl.awaiting_commit and not call.apology.pending
                     and call.session.agent_state == "listening" and call.session.current_speech is None
                     and call.output.source.queued_duration == 0 and self.backend.active_streams == 0)
 
@@ -197,7 +216,9 @@ class ScheduleRunner:
                 if not state["next_started"]:
                     mic.speak(plan.speech_s)
                 state["next_started"] = False
-                if not await until(lambda n=i + 1: call.collector._count >= n, f"turn {i + 1} opened"):
+                # each utterance said so far opened a turn or joined none (utterances_without_a_turn)
+                if not await until(lambda n=i + 1: call.collector._count + utterances_without_a_turn(call) >= n,
+                                   f"utterance {i + 1} placed"):
                     break
                 if plan.cut is not None and plan.cut.kind == "vad" and i + 1 < len(turns):
                     await until(lambda: state["next_started"] or idle(), f"turn {i + 1} reply")
@@ -232,8 +253,9 @@ class ScheduleRunner:
             out.violations.append(f"state: controller {ctl.state.value}, livekit {call.session.agent_state}")
         if ctl.reply is not None:
             out.violations.append(f"reply {ctl.reply.reply_id} still active when idle")
-        for reply in ctl._replies.values():
-            if not reply.done and reply.interruption is None:
+        for speech in ctl._speeches.values():
+            reply = speech.reply
+            if reply is not None and not reply.done and reply.interruption is None:
                 out.violations.append(f"reply {reply.reply_id} ({reply.turn_id}) outlived its speech")
         if self.backend.active_streams:
             out.violations.append(f"{self.backend.active_streams} engine stream(s) in use while idle")
@@ -257,6 +279,10 @@ class ScheduleRunner:
                     out.violations.append(f"{reply.turn.turn_id}: speech interrupted, outcome {reply.turn.outcome}")
         if len(out.traces) != call.collector._count:
             out.violations.append(f"{call.collector._count} turns opened, {len(out.traces)} traced")
+        heard = {f.reply_id for f in frames if f.reply_id}
+        untraced = heard - {t["reply_id"] for t in out.traces if "first_frame_published" in t["points"]}
+        if untraced:
+            out.violations.append(f"{len(untraced)} of {len(heard)} replies reached the caller untraced")
         for rec in out.traces:
             tid, outcome, errors, irqs = rec["turn_id"], rec["outcome"], rec["errors"], rec["interruptions"]
             if outcome not in OUTCOMES:
@@ -265,7 +291,9 @@ class ScheduleRunner:
                 out.violations.append(f"{tid}: outcome {outcome} with {len(irqs)} interruption record(s)")
             if outcome == "error" and not errors:
                 out.violations.append(f"{tid}: outcome error with an empty error list")
-            if errors and outcome not in ("error", "interrupted"):
+            words_lost_after_a_pause = outcome in ("answered", "unanswered") and rec["user_text_chars"] and all(
+                e.startswith("stt:") for e in errors)
+            if errors and outcome not in ("error", "interrupted") and not words_lost_after_a_pause:
                 out.violations.append(f"{tid}: outcome {outcome} with errors {errors}")
             if outcome == "unanswered" and (not rec["user_text_chars"] or "first_frame_published" in rec["points"]):
                 out.violations.append(f"{tid}: unanswered with {rec['user_text_chars']} transcript chars")
@@ -273,3 +301,13 @@ class ScheduleRunner:
                 out.violations.append(f"{tid}: answered without a published frame")
             if not closed and any(i["source"] == "session_closed" for i in irqs):
                 out.violations.append(f"{tid}: cut by session_closed although the call was idle")
+            points = rec["points"]
+            if "first_frame_published" in points and "turn_committed" not in points and not errors:
+                out.violations.append(f"{tid}: heard before its turn was committed")
+            if "turn_committed" in points and "first_frame_published" in points and (
+                    points["first_frame_published"] < points["turn_committed"]):
+                out.violations.append(f"{tid}: first frame {points['first_frame_published']} before the commit "
+                                      f"{points['turn_committed']}")
+            if "llm_request" in points and "stt_done" in points and points["llm_request"] < points["stt_done"]:
+                out.violations.append(f"{tid}: LLM asked at {points['llm_request']} before the transcript "
+                                      f"({points['stt_done']})")

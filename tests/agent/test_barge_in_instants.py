@@ -1,8 +1,14 @@
 """Barge-in at precise instants of a reply, on the real call (AgentSession + DuplexController): the
 0 ms window (issue 17: `interrupt()` in the `speech_created` handler or on the next loop tick left the
 controller in THINKING with an open reply and traced the turn as "error" with no error), every milestone
-of a reply at 0..2 loop ticks, by the public API and by VAD. Each case must end idle, in agreement with
-LiveKit's agent state, with a truthful trace (tests/agent/duplex_schedule.py checks the invariants)."""
+of a reply at 0..2 loop ticks, by the public API and by VAD, under both turn handlings. Each case must end idle,
+in agreement with LiveKit's agent state, with a truthful trace (tests/agent/duplex_schedule.py checks the
+invariants).
+
+With TURN_HANDLING=ours the answer is prepared on the transcript before the turn is committed: a cut that lands
+then only throws that early answer away (the framework's `interrupt()` drops its preemptive generation) and the
+committed turn is answered afresh, so the trace must say "discarded" and "answered"; a cut after the commit is an
+interruption, as under `vad`."""
 
 from __future__ import annotations
 
@@ -15,10 +21,20 @@ from tests.agent.duplex_harness import EnergyVAD, ScriptedBackend
 from tests.agent.duplex_schedule import MILESTONES, Cut, ScheduleRunner, TurnPlan
 
 
-@pytest.fixture
-async def runner() -> AsyncIterator[ScheduleRunner]:
+@pytest.fixture(params=["vad", "ours"])
+async def runner(request: pytest.FixtureRequest) -> AsyncIterator[ScheduleRunner]:
     async with FakeOpenAIServer() as server:
-        yield ScheduleRunner(server, ScriptedBackend(), EnergyVAD())
+        yield ScheduleRunner(server, ScriptedBackend(), EnergyVAD(), turn_handling=request.param)
+
+
+def cut_truthfully(first: dict) -> None:
+    """The first turn's record tells what the cut did: an interruption; or, under `ours`, nothing heard was cut
+    because the cut landed on an answer prepared before the commit (thrown away: `discarded`, and the turn answered
+    afresh) or, for the next utterance, the answer had played out before that utterance's words were judged."""
+    if first["outcome"] == "interrupted":
+        assert first["interruptions"] and first["errors"] == []
+    else:
+        assert first["outcome"] == "answered" and not first["interruptions"], first
 
 
 @pytest.mark.parametrize("ticks", [0, 1, 2])
@@ -27,9 +43,12 @@ async def test_interrupt_when_the_speech_is_created(runner: ScheduleRunner, tick
     assert out.violations == []
     assert [kind for _, kind, _ in out.fired] == ["api"]
     first, second = out.traces
-    assert first["outcome"] == "interrupted" and first["errors"] == []
-    assert first["interruptions"][0]["frames_published"] == 0
-    assert first["interruptions"][0]["source"] == "api"  # the framework's reason, not a guess
+    if runner.turn_handling == "vad":
+        assert first["outcome"] == "interrupted" and first["errors"] == []
+        assert first["interruptions"][0]["frames_published"] == 0
+        assert first["interruptions"][0]["source"] == "api"  # the framework's reason, not a guess
+    else:
+        cut_truthfully(first)
     assert second["outcome"] == "answered"
 
 
@@ -39,7 +58,10 @@ async def test_interrupt_at_each_milestone(runner: ScheduleRunner, milestone: st
     out = await runner.run([TurnPlan(words=8, cut=Cut(kind, milestone)), TurnPlan()])
     assert out.violations == []
     assert out.fired, "the cut never fired"
-    assert out.traces[0]["outcome"] == "interrupted"
+    if runner.turn_handling == "vad":
+        assert out.traces[0]["outcome"] == "interrupted"
+    else:
+        cut_truthfully(out.traces[0])
     assert out.traces[-1]["outcome"] == "answered"
 
 
@@ -83,7 +105,7 @@ async def test_user_turn_ending_while_the_call_closes_is_traced(runner: Schedule
     close_session = call.session.aclose
 
     async def closing() -> None:
-        call.controller.on_user_turn_ended()  # the VAD's end of speech lands mid-close
+        call.controller.on_user_speech_ended()  # the VAD's end of speech lands mid-close
         await close_session()
 
     call.session.aclose = closing  # type: ignore[method-assign]

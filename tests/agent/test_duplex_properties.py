@@ -1,6 +1,7 @@
 """Property tests of the duplex path (issue 17): random schedules on the real call, invariants after each.
 
-Each example is a schedule (tests/agent/duplex_schedule.py): 1-3 user turns, each with random STT/LLM
+Each example is a schedule (tests/agent/duplex_schedule.py) under a turn handling (`ours` with speech over the answer
+cut by the framework after 40 ms or judged by its words first, or `vad`): 1-3 user turns, each with random STT/LLM
 faults (500, malformed, empty transcript), LLM time to first token and per-token gaps, reply length
 (0 words included), engine packet gaps, packets per segment and an engine failure, and a cut of the
 reply at the n-th occurrence of a milestone (speech created, LLM request, LLM token, TTS segment, TTS
@@ -74,6 +75,9 @@ turn_plans = st.builds(
     cut=cuts,
 )
 schedules = st.lists(turn_plans, min_size=1, max_size=3)
+# the turn handling a schedule runs under (agent/voice.py turn_handling): `ours` with the framework cutting speech
+# over the answer after 40 ms (as `vad` does) or judging it by its words first (0.5 s), and `vad`
+modes = st.sampled_from([("ours", 0.04), ("ours", 0.5), ("ours", 0.5), ("vad", 0.04)])
 
 
 class RecentLog(logging.Handler):
@@ -135,12 +139,13 @@ class Stage:
         self.runner = ScheduleRunner(self.server, ScriptedBackend(), EnergyVAD())
         self.count = self.violations = 0
         self.t0 = time.perf_counter()
-        self.plans: deque[list[TurnPlan]] = deque(maxlen=self.KEEP_PLANS)
+        self.plans: deque[tuple[list[TurnPlan], tuple[str, float]]] = deque(maxlen=self.KEEP_PLANS)
 
-    def run(self, plan: list[TurnPlan]) -> list[str]:
+    def run(self, plan: list[TurnPlan], mode: tuple[str, float] = ("ours", 0.5)) -> list[str]:
         self.log.records.clear()
-        self.plans.append(plan)
-        out = self.loop.run(self.runner.run(plan))
+        self.plans.append((plan, mode))
+        handling, confirm_s = mode
+        out = self.loop.run(self.runner.run(plan, turn_handling=handling, overlap_confirm_s=confirm_s))
         drop_pytest_log_capture()
         self.count += 1
         self.violations += bool(out.violations)
@@ -169,10 +174,10 @@ def stage() -> Iterator[Stage]:
 @pytest.mark.timeout(max(600, SCHEDULES))  # ~0.15 s a schedule on 2 shared cores; 1,000 take ~2.5 min
 @settings(max_examples=SCHEDULES, deadline=None, print_blob=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(plan=schedules)
-def test_duplex_schedules_keep_the_invariants(stage: Stage, plan: list[TurnPlan]) -> None:
-    violations = stage.run(plan)
-    assert violations == [], f"{plan!r}\n" + "\n".join(violations)
+@given(plan=schedules, mode=modes)
+def test_duplex_schedules_keep_the_invariants(stage: Stage, plan: list[TurnPlan], mode: tuple[str, float]) -> None:
+    violations = stage.run(plan, mode)
+    assert violations == [], f"{mode} {plan!r}\n" + "\n".join(violations)
 
 
 def test_the_schedules_leave_memory_flat(stage: Stage) -> None:
@@ -187,13 +192,13 @@ def test_the_schedules_leave_memory_flat(stage: Stage) -> None:
     plans = list(stage.plans)
     kept, stage.server.requests = stage.server.requests, deque(maxlen=0)  # the stand-in's own request log
     try:
-        for plan in plans[:20]:  # warm: caches (typing's bounded one, LiveKit's) settle first
-            stage.run(plan)
+        for plan, mode in plans[:20]:  # warm: caches (typing's bounded one, LiveKit's) settle first
+            stage.run(plan, mode)
         stage.log.records.clear()  # the last schedule's own log (bounded; a record's traceback holds its call)
         gc.collect()
         before = len(gc.get_objects())
-        for plan in plans[20:]:
-            stage.run(plan)
+        for plan, mode in plans[20:]:
+            stage.run(plan, mode)
         stage.log.records.clear()
         gc.collect()
         grown = len(gc.get_objects()) - before
@@ -213,7 +218,7 @@ def test_the_harness_can_see_a_violation(stage: Stage, monkeypatch: Any) -> None
     monkeypatch.setattr(DuplexController, "frame_allowed", lambda self, reply_id: True)
     monkeypatch.setattr("tests.agent.duplex_schedule.SETTLE_S", 0.5)
     monkeypatch.setattr(DuplexController, "on_speech_created", lambda self, key, **kw: None)
-    violations = stage.run([TurnPlan(cut=Cut("api", "speech_created")), TurnPlan()])
+    violations = stage.run([TurnPlan(cut=Cut("api", "speech_created")), TurnPlan()], ("vad", 0.04))
     assert any(v.startswith("stuck") for v in violations), violations
     assert any(v.startswith("log of this schedule") and "agent.duplex" in v for v in violations), violations[-1][:500]
 

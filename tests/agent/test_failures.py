@@ -19,8 +19,7 @@ from agent.config import AgentConfig
 from agent.duplex import State
 from agent.tools.fake_openai import FakeOpenAIServer
 from agent.tools.simulate import SimOptions, load_vad, run_call
-from agent.voice import Call
-from tests.agent.duplex_harness import EnergyVAD, ScriptedBackend, fast_config
+from agent.voice import Apology
 
 pytestmark = pytest.mark.skipif(
     subprocess.run(["which", "espeak-ng"], capture_output=True).returncode != 0, reason="needs espeak-ng"
@@ -88,19 +87,15 @@ async def test_the_apology_waits_for_the_sessions_own_vad_to_end_the_turn() -> N
     load. An apology said while the session's VAD still hears the turn was cut by that VAD's next hangover
     inference before its first frame (CI: outcome 'interrupted', nothing spoken). It is said once that VAD ends
     the speech too, and only once."""
-    call = Call(fast_config("http://127.0.0.1:9/v1"), vad=EnergyVAD(), backend=ScriptedBackend(), traces_dir=None)
-    real_session, call.session = call.session, _SaySpy("speaking")  # type: ignore[assignment]
-    try:
-        call._stt_failed_in_turn(RuntimeError("down"))
-        call._stt_failed_in_turn(RuntimeError("down again"))  # a second failure meanwhile owes no second apology
-        assert call.session.said == [] and call.apology_pending
-        call._on_user_state(SimpleNamespace(old_state="speaking", new_state="listening"))
-        call._on_user_state(SimpleNamespace(old_state="listening", new_state="speaking"))
-        assert call.session.said == [call.cfg.apology_text]
-        spy = _SaySpy("listening")  # the usual order: the session's VAD ended first, so it is said at once
-        call.session, call._apology_pending = spy, False  # type: ignore[assignment]
-        call._stt_failed_in_turn(RuntimeError("down"))
-        assert spy.said == [call.cfg.apology_text]
-    finally:
-        call.session = real_session
-        await call.aclose()
+    spy = _SaySpy("speaking")
+    apology = Apology(spy, "sorry")  # type: ignore[arg-type]
+    apology.say()
+    apology.say()  # a second failure meanwhile owes no second apology
+    assert spy.said == [] and apology.pending
+    apology.on_user_state(SimpleNamespace(old_state="speaking", new_state="listening"))  # type: ignore[arg-type]
+    apology.on_user_state(SimpleNamespace(old_state="listening", new_state="speaking"))  # type: ignore[arg-type]
+    assert spy.said == ["sorry"]
+    spy = _SaySpy("listening")  # the usual order: the session's VAD ended first, so it is said at once
+    apology = Apology(spy, "sorry")  # type: ignore[arg-type]
+    apology.say()
+    assert spy.said == ["sorry"]

@@ -108,7 +108,8 @@ async def test_on_a_speech_handle_created_as_livekit_creates_one() -> None:
 )
 async def test_inside_a_real_speech(monkeypatch: pytest.MonkeyPatch, kind: str, source: str, cause: str) -> None:
     """The real call (AgentSession + VoiceAgent): the nodes see the speech that runs them, and the interrupt
-    future and source of the cut speech are the framework's."""
+    future and source of the cut speech are the framework's. (Under TURN_HANDLING=vad, so the cut lands on a
+    scheduled answer rather than one prepared before the commit.)"""
     in_nodes: list[Any] = []
     futures: dict[str, tuple[Any, asyncio.Future[None] | None]] = {}
     current, future = lk.current_speech_handle, lk.interrupt_future
@@ -124,7 +125,7 @@ async def test_inside_a_real_speech(monkeypatch: pytest.MonkeyPatch, kind: str, 
     monkeypatch.setattr(lk, "current_speech_handle", recording_current)
     monkeypatch.setattr(lk, "interrupt_future", recording_future)
     async with FakeOpenAIServer() as server:
-        out = await ScheduleRunner(server, ScriptedBackend(), EnergyVAD()).run(
+        out = await ScheduleRunner(server, ScriptedBackend(), EnergyVAD(), turn_handling="vad").run(
             [TurnPlan(words=8, cut=Cut(kind, "llm_token")), TurnPlan()]
         )
     assert out.violations == []

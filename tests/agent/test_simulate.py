@@ -38,21 +38,26 @@ async def test_three_turn_call(sim_backend: Any, tmp_path: Path) -> None:
     assert [t["outcome"] for t in result.traces] == ["answered"] * 3
     for trace in result.traces:
         points = dict(trace["points"])
-        sent = points.pop("stt_request")
+        sent, committed = points.pop("stt_request"), points.pop("turn_committed")
         assert list(points.values()) == sorted(points.values())
         # the early transcriber sent the words at the pause, inside the hangover (agent/early_stt.py)
         assert points["vad_speech_start"] < sent < 0.0 <= points["stt_done"]
+        # the answer may be prepared before the commit (TURN_HANDLING=ours), never heard before it
+        assert points["stt_done"] <= committed <= points["first_frame_published"]
+        assert trace["complete"] and trace["turn_decision"]["wait"] in ("short", "medium", "long")
         assert trace["tts_segments"] >= 1 and trace["user_text_chars"] > 0
     assert all(t.frames > 0 for t in result.turns)
 
 
 def test_simulate_command_with_barge_in(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    """Under TURN_HANDLING=vad: half a second of speech over the agent cuts it (under `ours` the barge-in is judged
+    by its words first; tests/agent/test_duplex.py and the conversation benchmark cover that)."""
     out = tmp_path / "sim"
     proc = subprocess.run(
         [sys.executable, "-m", "agent", "simulate", "--turns", "3", "--barge-in", "--out", str(out),
          "--model-dir", str(tiny_checkpoint), "--max-frames-per-segment", "6"],
         capture_output=True, text=True, timeout=180,
-        env={**__import__("os").environ, "TTS_DEEP_STREAM_DEVICE": "cpu"},
+        env={**__import__("os").environ, "TTS_DEEP_STREAM_DEVICE": "cpu", "TURN_HANDLING": "vad"},
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     summary = json.loads((out / "summary.json").read_text())

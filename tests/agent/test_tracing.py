@@ -1,4 +1,5 @@
-"""Trace schema and ordering: nine points relative to t0 = vad_speech_end, segments, completeness, JSONL file."""
+"""Trace schema and ordering: nine points relative to t0 = vad_speech_end plus the turn's commit, segments,
+completeness (the record's truth rules), pauses held inside a turn, JSONL file."""
 
 from __future__ import annotations
 
@@ -7,14 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from agent.tracing import POINTS, SCHEMA_VERSION, SEGMENTS, TraceCollector
+from agent.tracing import ALL_POINTS, POINTS, SCHEMA_VERSION, SEGMENTS, TURN_COMMITTED, TraceCollector, TurnTrace
+
+
+def mark_all(turn: TurnTrace, t0: float, first: int = 2) -> None:
+    """The points from POINTS[first] on, 10 ms apart, and the commit between the transcript and the LLM request."""
+    for i, point in enumerate(POINTS[first:], start=1):
+        turn.mark(point, t0 + i * 0.01)
+    turn.mark(TURN_COMMITTED, turn.points["stt_done"] + 0.005)
 
 
 def full_turn(collector: TraceCollector, t0: float = 100.0) -> None:
     collector.speech_started(t0 - 1.0)
     turn = collector.open_turn(t0)
-    for i, point in enumerate(POINTS[2:], start=1):
-        turn.mark(point, t0 + i * 0.01)
+    mark_all(turn, t0)
     turn.user_text = "hello"
     collector.finish(turn)
 
@@ -26,24 +33,25 @@ def test_record_schema_and_relative_points(tmp_path: Path) -> None:
     rec = json.loads(path.read_text().strip())
     assert rec["schema"] == SCHEMA_VERSION
     assert rec["turn_id"] == "sess-t1" and rec["turn_index"] == 1
-    assert list(rec["points"]) == list(POINTS)
+    assert list(rec["points"]) == list(ALL_POINTS)
     assert rec["points"]["vad_speech_end"] == 0.0
     assert rec["points"]["vad_speech_start"] == pytest.approx(-1.0)
     assert rec["points"]["first_frame_published"] == pytest.approx(0.07)
     assert set(rec["segments_ms"]) == {name for name, _, _ in SEGMENTS}
     assert rec["segments_ms"]["e2e"] == pytest.approx(70.0)
+    assert rec["segments_ms"]["end_of_turn"] == pytest.approx(25.0)
     assert all(v >= 0 for v in rec["segments_ms"].values())
     assert rec["complete"] is True and rec["outcome"] == "answered"
     for key in ("timestamp", "user_text_chars", "reply_text_chars", "tts_segments", "playout_gaps", "playout_gap_ms",
-                "interruptions", "errors"):
+                "interruptions", "errors", "pauses", "discarded", "overlaps", "turn_decision", "reply_id"):
         assert key in rec
 
 
 def test_out_of_order_or_missing_points_are_not_complete() -> None:
     collector = TraceCollector("s", traces_dir=None)
     turn = collector.open_turn(10.0)
-    for i, point in enumerate(POINTS[2:], start=1):
-        turn.mark(point, 10.0 + i * 0.01)
+    mark_all(turn, 10.0)
+    assert turn.complete()
     turn.points["stt_done"] = 9.0  # before stt_request
     assert not turn.complete()
     turn2 = collector.open_turn(20.0)
@@ -101,11 +109,56 @@ def test_stt_sent_at_the_pause_may_precede_the_end_of_the_turn() -> None:
     collector.speech_started(9.0)
     turn = collector.open_turn(10.0)
     turn.mark("stt_request", 9.85)
-    for i, point in enumerate(POINTS[3:], start=1):
-        turn.mark(point, 10.0 + i * 0.01)
+    mark_all(turn, 10.0, first=3)
     assert turn.complete()
     assert turn.to_record()["segments_ms"]["vad_to_stt"] == pytest.approx(-150.0)
     turn.points["stt_request"] = 8.5  # before the speech began: not a request for this turn
     assert not turn.complete()
     turn.points["stt_request"] = 10.02  # after its own transcript
     assert not turn.complete()
+
+
+def test_not_complete_when_heard_before_the_commit_or_the_llm_asked_before_the_transcript() -> None:
+    collector = TraceCollector("s", traces_dir=None)
+    turn = collector.open_turn(10.0)
+    mark_all(turn, 10.0)
+    assert turn.complete()
+    turn.points[TURN_COMMITTED] = turn.points["first_frame_published"] + 0.001  # heard before it was committed
+    assert not turn.complete()
+    turn.points[TURN_COMMITTED] = turn.points["stt_done"]
+    assert turn.complete()
+    turn.points["llm_request"] = turn.points["stt_done"] - 0.001  # asked before the transcript existed
+    assert not turn.complete()
+
+
+def test_an_early_answer_may_start_before_the_commit() -> None:
+    """The LLM and TTS of an answer prepared on the transcript may precede the commit; its audio may not."""
+    collector = TraceCollector("s", traces_dir=None)
+    turn = collector.open_turn(10.0)
+    mark_all(turn, 10.0)
+    turn.points[TURN_COMMITTED] = turn.points["tts_first_packet"]
+    assert turn.complete()
+
+
+def test_a_pause_inside_the_turn_moves_t0_and_clears_the_utterance_stt_points() -> None:
+    collector = TraceCollector("s", traces_dir=None)
+    collector.speech_started(9.0)
+    turn = collector.open_turn(10.0)
+    turn.mark("stt_request", 9.9)
+    turn.mark("stt_done", 10.3)
+    turn.resume(10.7)
+    assert "stt_request" not in turn.points and "stt_done" not in turn.points
+    turn.end_of_speech(12.0, 1_000.0)
+    turn.mark("stt_request", 11.9)
+    rec = turn.to_record()
+    assert rec["points"]["vad_speech_start"] == pytest.approx(-3.0) and rec["points"]["vad_speech_end"] == 0.0
+    assert rec["pauses"] == [{"at": pytest.approx(-2.0), "ms": pytest.approx(700.0)}]
+    assert rec["wall_t0"] == 1_000.0
+
+
+def test_a_sink_that_raises_does_not_end_the_call() -> None:
+    seen: list[str] = []
+    collector = TraceCollector("s", traces_dir=None, on_record=lambda r: seen.append(r["turn_id"]))
+    collector.sinks.insert(0, lambda r: 1 / 0)
+    full_turn(collector)
+    assert seen == ["s-t1"] and len(collector.records) == 1

@@ -65,7 +65,7 @@ async def test_cancelling_the_producer_stops_the_streaming_text_stream(tiny_engi
             break
         await asyncio.sleep(0.01)
     assert backend.active_streams == 0 and tiny_engine.active_streams() == 0
-    assert not tiny_engine.scheduler.text_rows.parked
+    assert not tiny_engine.scheduler.waiting_count
     await gen.aclose()
 
 

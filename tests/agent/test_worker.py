@@ -1,6 +1,6 @@
-"""The LiveKit worker without a LiveKit server: options (THREAD executor, raised init timeout, load_fnc),
-and one simulated job (LiveKit's own `simulate_job` with a mock room) running prewarm + entrypoint on the
-process-wide engine."""
+"""The LiveKit worker without a LiveKit server: the AgentServer's settings (THREAD executor, raised init timeout,
+load_fnc, the one rtc_session), and one simulated job (LiveKit's own `simulate_job` with a mock room) running
+prewarm + entrypoint on the process-wide engine."""
 
 from __future__ import annotations
 
@@ -17,15 +17,21 @@ from agent.engine_client import LocalBackend, RemoteBackend
 from agent.tools.fake_openai import FakeOpenAIServer
 
 
-def test_options_follow_the_config() -> None:
-    cfg = AgentConfig.from_env({"AGENT_INIT_TIMEOUT_S": "300", "AGENT_LOAD_THRESHOLD": "0.5", "AGENT_NAME": "x"})
-    opts = worker.build_options(cfg)
-    assert opts.job_executor_type is JobExecutorType.THREAD
-    assert opts.initialize_process_timeout == 300.0
-    assert opts.load_threshold == 0.5 and opts.agent_name == "x"
-    assert opts.load_fnc is worker.current_load and opts.prewarm_fnc is worker.prewarm
-    proc = worker.build_options(AgentConfig.from_env({"AGENT_JOB_EXECUTOR": "process"}))
-    assert proc.job_executor_type is JobExecutorType.PROCESS
+def test_the_server_follows_the_config() -> None:
+    cfg = AgentConfig.from_env({"AGENT_INIT_TIMEOUT_S": "300", "AGENT_LOAD_THRESHOLD": "0.5", "AGENT_NAME": "x",
+                                "AGENT_DRAIN_TIMEOUT_S": "20"})
+    opts = worker.server_options(cfg)
+    assert opts["job_executor_type"] is JobExecutorType.THREAD
+    assert opts["initialize_process_timeout"] == 300.0 and opts["drain_timeout"] == 20
+    assert opts["load_threshold"] == 0.5
+    assert opts["load_fnc"] is worker.current_load and opts["setup_fnc"] is worker.prewarm
+    proc = worker.server_options(AgentConfig.from_env({"AGENT_JOB_EXECUTOR": "process"}))
+    assert proc["job_executor_type"] is JobExecutorType.PROCESS
+    server = worker.build_server(cfg)
+    assert isinstance(server, AgentServer)
+    assert server.setup_fnc is worker.prewarm and server.load_fnc is worker.current_load
+    with pytest.raises(RuntimeError, match="only one rtc_session"):  # the entrypoint is registered (one allowed)
+        server.rtc_session(worker.entrypoint)
 
 
 def test_remote_engine_url_loads_no_model(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -50,7 +56,7 @@ async def test_simulated_job_runs_on_the_shared_engine(
         backend = LocalBackend(tiny_engine)
         monkeypatch.setattr(worker, "_backend", backend)
         monkeypatch.setattr(worker, "_active_calls", 0)
-        server = AgentServer.from_server_options(worker.build_options(AgentConfig.from_env()))
+        server = worker.build_server(AgentConfig.from_env())
         started = asyncio.Event()
         server.on("worker_started", started.set)
         run = asyncio.create_task(server.run(devmode=True, unregistered=True))

@@ -119,7 +119,7 @@ def test_results_markdown_tabulates_load_results_beside_batch_one(tmp_path: Path
     (tmp_path / "h100_load.partial.json").write_text(json.dumps({**load, "levels": [{**level, "concurrency": 7}]}))
     md = render_results_md(tmp_path)
     assert "## h100_load.json: NVIDIA H100 80GB HBM3, preset 0.6b, 2026-11-24 (bench load)" in md
-    assert "| 256 | 100.0 | 60.7 | 111.2 | 124.6 | 0.65 | 0.67 | 1.0 | 1.0 | 0 | 0.0 | 302.7 | 0 |" in md
+    assert "| 256 | whole | 100.0 | 60.7 | 111.2 | 124.6 | - | 0.65 | 0.67 | 1.0 | 1.0 | 0 | 0.0 | 302.7 | 0 |" in md
     assert "capacity 320" in md and "h100.json" in md
     assert "partial" not in md and "| 7 |" not in md
 

@@ -85,7 +85,7 @@ def test_step_profile_and_kernel_table_run_on_the_tiny_engine(make_engine: Calla
     table = kernel_table(engine, 2, text="Hello there.", speaker=engine.speakers[0], language="auto", steps=2)
     assert table["top"] and table["kernels_per_step"] > 0
     # the engine still serves afterwards
-    assert engine.codegen.active == [False, False]
+    assert not any(engine.codegen.active)
 
 
 def test_attention_variants_run_on_the_tiny_engine(make_engine: Callable[..., Any]) -> None:
@@ -95,3 +95,34 @@ def test_attention_variants_run_on_the_tiny_engine(make_engine: Callable[..., An
     rows = attention_variants(engine, [1, 2], iters=2)
     assert [r["rows"] for r in rows] == [1, 2]
     assert all(r["max_abs_diff"] < 1e-4 for r in rows)  # the same function (fp32 on the CPU)
+
+
+def test_token_mode_pushes_words_and_reports_the_text_wait(make_engine: Callable[..., Any],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from tts_engine.runtime import codegen
+
+    assert load_bench.stream_words("Hi there", 5) == ["Hi", " there", " Hi", " there", " Hi", " there"]
+    monkeypatch.setattr(codegen, "MIN_NEW_TOKENS", 6)  # the bench's fixed frame count
+    engine = make_engine(max_streams=4)
+    levels = load_bench.run_load(engine, [2], text="Hello there, how are you?", speaker=engine.speakers[0],
+                                 language="auto", frames=6, arrivals="window", window_s=0.05, rate=0.0,
+                                 buffers_ms=[0.0], pause_s=0.0, progress=None, text_input="tokens",
+                                 word_interval_ms=5.0)
+    (level,) = levels
+    assert level["ran"] == 2 and level["errors"] == 0
+    assert 0 < level["text_wait_ms"]["p50"] <= level["first_audio_ms"]["p95"]
+    assert level["after_text_ms"]["p50"] > 0 and level["engine"]["steps"] > 0
+    assert "worker_step_ms" in level["engine"] and "text waits" in load_bench.format_level(level)
+
+
+def test_the_gate_names_what_a_level_missed() -> None:
+    ok = {"concurrency": 256, "client_buffer_ms": 0.0, "first_audio_ms": {"p95": 120.0}, "refused": 0, "errors": 0,
+          "buffer_0ms": {"late_streams": 0}}
+    late = {**ok, "concurrency": 128, "first_audio_ms": {"p95": 180.0}, "buffer_0ms": {"late_streams": 3}}
+    refused = {"concurrency": 512, "client_buffer_ms": 100.0, "refused": 4, "errors": 0}
+    assert load_bench.gate_failures([ok], 150.0) == []
+    assert load_bench.gate_failures([late, refused], 150.0) == [
+        "N=128 (whole text, told 0 ms): 3 stream(s) with a late packet at B = 0 ms",
+        "N=128 (whole text, told 0 ms): first audio P95 180.0 ms > 150 ms",
+        "N=512 (whole text, told 100 ms): 4 refused, 0 failed",
+    ]

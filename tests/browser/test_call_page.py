@@ -38,13 +38,18 @@ def test_join_fetches_token_then_reports_unreachable_livekit(page, live_server) 
     with page.expect_response(lambda r: r.url.endswith("/api/token")) as token_info:
         page.click("#join")
     response = token_info.value
-    assert response.status == 200 and response.request.method == "POST"
+    # LiveKit's standard token endpoint, through livekit-client's own TokenSource.endpoint
+    assert response.status == 201 and response.request.method == "POST"
     grant = response.json()
+    assert (grant["participant_token"], grant["server_url"]) == (grant["token"], live_server.config.livekit_url)
     claims = TokenVerifier(live_server.config.api_key, live_server.config.api_secret).verify(grant["token"])
     assert claims.identity == grant["identity"] and claims.video.room == grant["room"]
     assert claims.name == "Browser Tester"
     assert [a.agent_name for a in claims.room_config.agents] == ["voice-agent"]
-    assert response.request.post_data_json == {"name": "Browser Tester"}
+    assert response.request.post_data_json == {
+        "participant_name": "Browser Tester", "room_config": {"agents": [{"agent_name": "voice-agent"}]}}
+    assert page.evaluate("window.voiceCall.grant") == {  # read back from the token the page got
+        "url": grant["url"], "room": grant["room"], "identity": grant["identity"], "expires_at": grant["expires_at"]}
 
     notice = page.locator("#notice.error")
     notice.wait_for()
@@ -67,7 +72,19 @@ def test_token_error_is_shown(page, live_server) -> None:
     page.click("#join")
     notice = page.locator("#notice.error")
     notice.wait_for()
-    assert re.search(r"Token error \(HTTP 400\) \[room\]: room='no spaces allowed' is not allowed", notice.inner_text())
+    assert re.search(r"Token error \(HTTP 400\) \[room_name\]: room_name='no spaces allowed' is not allowed",
+                     notice.inner_text())
+    page.locator("#join:enabled").wait_for()
+
+
+def test_unreachable_token_server_is_shown(page, live_server) -> None:
+    page.goto(live_server.base_url + "/")
+    page.locator("#server-info").filter(has_text="LiveKit").wait_for()
+    page.route("**/api/token", lambda route: route.abort("connectionrefused"))
+    page.click("#join")
+    notice = page.locator("#notice.error")
+    notice.wait_for()
+    assert notice.inner_text().startswith("Token server unreachable ("), notice.inner_text()
     page.locator("#join:enabled").wait_for()
 
 

@@ -107,6 +107,29 @@ def test_batch_rows_are_independent(codec: CodecDecoder) -> None:
         assert snr_db(codec(codes[row : row + 1])[0], together[row]) >= 100.0
 
 
+def test_rows_that_are_not_live_keep_their_context(codec: CodecDecoder) -> None:
+    """A batched step with a row that must not advance (a stream waiting for its text, a free row of a bucket) leaves
+    that row as it was, and the live rows decode as they would alone."""
+    codes = random_codes(3, 6, seed=5)
+    state = codec.new_state(3)
+    codec.step(codes[:, :, :3], state)
+    batched = [*state.tails, state.positions]  # [B, ...]
+    layered = [state.kv_k, state.kv_v]  # [layers, B, ...]
+    before = [t.clone() for t in batched], [t.clone() for t in layered]
+    state.live = torch.tensor([True, False, True])
+    out = codec.step(codes[:, :, 3:4], state)
+    for old, new in zip(before[0], batched, strict=True):
+        assert torch.equal(old[1], new[1])
+    for old, new in zip(before[1], layered, strict=True):
+        assert torch.equal(old[:, 1], new[:, 1]) and not torch.equal(old[:, 0], new[:, 0])
+    alone = codec.new_state(1)
+    codec.step(codes[:1, :, :3], alone)
+    assert snr_db(codec.step(codes[:1, :, 3:4], alone)[0], out[0]) >= 100.0
+    state.live = None
+    codec.step(codes[:, :, 4:5], state)  # the held row goes on from where it was
+    assert state.positions.tolist() == [5, 4, 5]
+
+
 def test_negative_codes_are_padding_and_out_of_range_is_refused(codec: CodecDecoder) -> None:
     codes = random_codes(1, 5, seed=5)
     padded = codes.clone()

@@ -108,7 +108,7 @@ async def test_pushed_text_waits_without_steps_and_matches_its_segments(shared_e
     steps = engine.stats()["frames_generated"]
     await asyncio.sleep(0.3)  # the text ran dry (its last segment waits for more text or close): no GPU steps
     assert engine.stats()["frames_generated"] == steps > idle
-    assert engine.scheduler.active_count == 0 and not task.done()
+    assert engine.scheduler.running_count == 0 and not task.done()
     stream.close()
     await asyncio.wait_for(task, 30)
     assert [p.index for p in packets] == list(range(2 * len(expected_segments)))

@@ -1,6 +1,7 @@
 """Streaming text through the engine (layout "tokens"): the codes equal the offline streaming-text reference (which
-the parity test ties to the official implementation) however the text arrives; a stream whose text runs dry is
-parked (no GPU steps, no row) while other streams go on; several such streams park and come back independently."""
+the parity test ties to the official implementation) however the text arrives; a stream whose text runs dry waits
+in its row (the steps leave it unchanged) while other streams go on; several such streams wait and go on
+independently, and every slot can hold one."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ async def feed(stream, text: str, step: int, pause: float) -> None:  # noqa: ANN
     stream.close()
 
 
-async def test_codes_equal_the_reference_and_a_dry_stream_is_parked(shared_engine, tiny_model) -> None:
+async def test_codes_equal_the_reference_and_a_dry_stream_waits(shared_engine, tiny_model) -> None:
     engine = shared_engine
     text, speaker = TEXTS[0]
     stream = engine.open_text_stream(speaker, layout="tokens", max_frames=FRAMES)
@@ -47,24 +48,24 @@ async def test_codes_equal_the_reference_and_a_dry_stream_is_parked(shared_engin
 
     task = asyncio.create_task(consume())
     stream.push("Hello there, my")  # tokens: Hello, " there", ","; " my" may still grow
-    await wait_until(lambda: engine.scheduler.text_rows.parked)  # it ran through its text and waits
+    await wait_until(lambda: engine.scheduler.waiting_count)  # it ran through its text and waits
     frames = engine.stats()["frames_generated"]
-    assert 0 < frames < FRAMES and engine.stats()["running_streams"] == 0
+    assert 0 < frames < FRAMES and engine.stats()["waiting_streams"] == 1
     other = await engine.synthesize("A whole text meanwhile.", "ryan", max_frames=6)  # not held back
     assert len(other) == 6 * 1920
     await asyncio.sleep(0.2)
-    assert engine.stats()["frames_generated"] == frames + 6, "the parked stream took steps"
+    assert engine.stats()["frames_generated"] == frames + 6, "the waiting stream advanced"
     assert engine.stats()["text_waits"] >= 1
     stream.push(text[len("Hello there, my") :])
     stream.close()
     await asyncio.wait_for(task, 60)
     assert [p.index for p in packets] == list(range(len(packets)))
     assert torch.equal(torch.as_tensor(stream.codes()), reference(tiny_model, text, speaker))
-    assert engine.active_streams() == 0 and not engine.scheduler.text_rows.parked
+    assert engine.active_streams() == 0 and not engine.scheduler.waiting_count
 
 
-async def test_concurrent_streams_park_and_return_independently(make_engine, tiny_model) -> None:
-    engine = make_engine(max_streams=4)
+async def test_concurrent_streams_wait_and_go_on_independently_in_every_slot(make_engine, tiny_model) -> None:
+    engine = make_engine(max_streams=3)  # one slot per stream: none is kept spare
     rng = random.Random(3)
     streams = [engine.open_text_stream(speaker, layout="tokens", max_frames=FRAMES) for _, speaker in TEXTS]
 
@@ -78,20 +79,20 @@ async def test_concurrent_streams_park_and_return_independently(make_engine, tin
     for stream, (text, speaker) in zip(streams, TEXTS, strict=True):
         assert torch.equal(torch.as_tensor(stream.codes()), reference(tiny_model, text, speaker)), text
     stats = engine.stats()
-    print(f"\n[streaming text] 3 streams: {stats['text_waits']} parkings, {stats['steps']} steps")
-    # parkings depend on how fast this machine steps against the feeding; the first test parks deterministically
+    print(f"\n[streaming text] 3 streams: {stats['text_waits']} waits, {stats['steps']} steps")
+    # waits depend on how fast this machine steps against the feeding; the first test waits deterministically
     assert stats["text_waits"] >= 1 and engine.active_streams() == 0
 
 
-async def test_cancelling_a_parked_stream_frees_its_slot(make_engine) -> None:
+async def test_cancelling_a_waiting_stream_frees_its_slot(make_engine) -> None:
     engine = make_engine(max_streams=2)
     stream = engine.open_text_stream("serena", layout="tokens", max_frames=400)
     stream.push("Hello there, my")
     first = await asyncio.wait_for(stream.__anext__(), 30)
     assert first.index == 0
-    await wait_until(lambda: engine.scheduler.text_rows.parked)
+    await wait_until(lambda: engine.scheduler.waiting_count)
     await stream.aclose()
-    await wait_until(lambda: not engine.scheduler.text_rows.parked)
+    await wait_until(lambda: not engine.scheduler.waiting_count)
     assert engine.active_streams() == 0 and engine.stats()["streams_cancelled"] == 1
     assert len(await engine.synthesize("Hi.", "serena", max_frames=2)) == 2 * 1920
 
@@ -118,7 +119,7 @@ async def test_limits_and_bad_layout_name_the_field(make_engine) -> None:
 @pytest.mark.parametrize("seed", [11, 12, 13])
 async def test_many_streams_with_whole_text_ones_and_cancels_keep_their_codes(make_engine, tiny_model,
                                                                               seed: int) -> None:
-    """Park, unpark, admissions, compaction and cancels interleaved at random: every stream that finishes has the
+    """Waits, admissions, compaction and cancels interleaved at random: every stream that finishes has the
     codes of its own text, and the engine ends healthy with every slot free."""
     engine = make_engine(max_streams=6)
     rng = random.Random(seed)
@@ -146,18 +147,18 @@ async def test_many_streams_with_whole_text_ones_and_cancels_keep_their_codes(ma
                                           whole(0.05), whole(0.3)), 180)
     for i, codes in results.items():
         assert torch.equal(codes, reference(tiny_model, *jobs[i])), (seed, i)
-    await wait_until(lambda: engine.active_streams() == 0 and not engine.scheduler.text_rows.parked)
+    await wait_until(lambda: engine.active_streams() == 0 and not engine.scheduler.waiting_count)
     assert engine.healthy and engine.stats()["running_streams"] == 0
 
 
-async def test_a_dropped_parked_stream_frees_its_slot(make_engine) -> None:
+async def test_a_dropped_waiting_stream_frees_its_slot(make_engine) -> None:
     import gc
 
     engine = make_engine(max_streams=2)
     stream = engine.open_text_stream("serena", layout="tokens", max_frames=400)
     stream.push("Hello there, my")
     await asyncio.wait_for(stream.__anext__(), 30)
-    await wait_until(lambda: engine.scheduler.text_rows.parked)
+    await wait_until(lambda: engine.scheduler.waiting_count)
     del stream
     gc.collect()
-    await wait_until(lambda: not engine.scheduler.text_rows.parked and engine.active_streams() == 0)
+    await wait_until(lambda: not engine.scheduler.waiting_count and engine.active_streams() == 0)

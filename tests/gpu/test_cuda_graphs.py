@@ -196,6 +196,44 @@ async def test_compaction_moves_keep_graph_equal_to_eager(engines: dict[str, Any
         assert g_pcm.tobytes() == e_pcm.tobytes()
 
 
+async def _tokens(engine: Any, text: str, trickle_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """A streaming-text (layout tokens) stream, its text pushed a word at a time (it parks while its text runs dry)."""
+    stream = engine.open_text_stream(engine.speakers[0], "auto", layout="tokens", max_frames=FRAMES)
+
+    async def feed() -> None:
+        for i, word in enumerate(text.split()):
+            stream.push(word if i == 0 else " " + word)
+            await asyncio.sleep(trickle_s)
+        stream.close()
+
+    feeder = asyncio.ensure_future(feed())
+    parts = [packet.pcm async for packet in stream]
+    await feeder
+    return np.concatenate(parts), stream.codes()
+
+
+async def test_streaming_text_graph_equals_eager(engines: dict[str, Any]) -> None:
+    """The tokens layout on the GPU: one stream whose text trickles in (parked and back, its rows written in batches)
+    and three at once (a 4-row bucket), graphed == eager."""
+    texts = [TEXT, "A second, different sentence.", "And a third one, to fill three rows."]
+    alone = {name: await _tokens(engine, TEXT, 0.03) for name, engine in engines.items()}  # (parks: timing)
+    assert np.array_equal(alone["graph"][1], alone["eager"][1]) and len(alone["graph"][1]) > 0
+    assert alone["graph"][0].tobytes() == alone["eager"][0].tobytes()
+
+    async def together(engine: Any) -> list[tuple[np.ndarray, np.ndarray]]:
+        held = engine.scheduler.call(lambda: time.sleep(0.3))  # all three admitted in one pass
+        tasks = [asyncio.ensure_future(_tokens(engine, t, 0.0)) for t in texts]
+        await asyncio.sleep(0)
+        results = await asyncio.gather(*tasks)
+        held.result()
+        return results
+
+    graphed, eager = await together(engines["graph"]), await together(engines["eager"])
+    for (g_pcm, g_codes), (e_pcm, e_codes) in zip(graphed, eager, strict=True):
+        assert np.array_equal(g_codes, e_codes)
+        assert g_pcm.tobytes() == e_pcm.tobytes()
+
+
 def test_capacity_comes_from_measured_step_costs(engines: dict[str, Any]) -> None:
     from tts_engine.runtime.admission import capacity_from_costs
 

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from tts_engine.errors import EmptyTextError, TTSInputError, UnknownLanguageError, UnknownSpeakerError
 from tts_engine.model.loader import LoadedModel
-from tts_engine.runtime.codegen import (
-    FRAMES_BASE,
-    FRAMES_PER_TEXT_TOKEN,
-    CodeGenerator,
-    SamplingParams,
-    generate_codes,
-)
+from tts_engine.runtime.codegen import CodeGenerator, SamplingParams, generate_codes
+from tts_engine.text.speech_length import frame_budget
 
 SEEDED = SamplingParams(do_sample=True, subtalker_do_sample=True, temperature=0.9, top_k=50, top_p=0.95, seed=1234)
 
@@ -106,15 +102,38 @@ def test_eos_ends_stream_and_is_masked_for_first_frames(tiny_model: LoadedModel)
             assert int(codes[0, 0]) == eos and bool(done[0])
 
 
-def test_runaway_cap_tied_to_text_length(tiny_model: LoadedModel) -> None:
+def test_rows_that_are_not_live_keep_their_state(tiny_model: LoadedModel) -> None:
+    """A step over 3 rows with row 1 held (a stream waiting for its text) leaves row 1 as it was, the others step as
+    before, and row 1 goes on later with the codes it would have had without the wait."""
+    gen = CodeGenerator(tiny_model, max_slots=3, max_seq_len=256)
+    reference = CodeGenerator(tiny_model, max_slots=3, max_seq_len=256)
+    for g in (gen, reference):
+        for slot, text in enumerate(["hello world", "a second one", "and a third"]):
+            g.admit(slot, g.prepare(text, "serena", "english"), SamplingParams.greedy())
+        g.step(3)
+    state = [t.clone() for t in (gen.positions, gen.frame, gen.logits, gen.past_hidden, gen.seen)]
+    gen.set_live(np.array([True, False, True]))
+    codes, _ = gen.step(3)
+    expected, _ = reference.step(3)
+    assert torch.equal(codes[0], expected[0]) and torch.equal(codes[2], expected[2])
+    for old, new in zip(state, (gen.positions, gen.frame, gen.logits, gen.past_hidden, gen.seen), strict=True):
+        assert torch.equal(old[1], new[1])
+    assert gen.positions.tolist() == [p + 1 if i != 1 else p for i, p in enumerate(state[0].tolist())]
+    gen.set_live(np.ones(3, dtype=np.bool_))
+    later, _ = gen.step(3)
+    assert torch.equal(later[1], expected[1])
+
+
+def test_runaway_cap_sized_from_the_text(tiny_model: LoadedModel) -> None:
     gen = CodeGenerator(tiny_model, max_slots=1, max_seq_len=2048)
     short = gen.prepare("hello world", "serena", "english")
-    long = gen.prepare("hello world " * 20, "serena", "english")
-    assert short.max_frames == FRAMES_BASE + FRAMES_PER_TEXT_TOKEN * short.n_text_tokens
-    assert long.max_frames == min(FRAMES_BASE + FRAMES_PER_TEXT_TOKEN * long.n_text_tokens,
-                                  2048 - long.embeds.shape[0])
+    long = gen.prepare("hello world " * 40, "serena", "english")
+    assert short.max_frames == frame_budget("hello world") == 20 + 17  # floor + 11 characters x 1.5
+    assert long.max_frames == min(frame_budget(("hello world " * 40).strip()), 2048 - long.embeds.shape[0])
+    slower = CodeGenerator(tiny_model, max_slots=1, max_seq_len=2048, cap_scale=2.0)  # TTS_DEEP_STREAM_RUNAWAY_SCALE
+    assert slower.prepare("hello world", "serena", "english").max_frames == 20 + 33
     small = CodeGenerator(tiny_model, max_slots=1, max_seq_len=64)
-    medium = small.prepare("hello world", "serena", "english")
+    medium = small.prepare("hello world, hello", "serena", "english")
     assert medium.max_frames == 64 - medium.embeds.shape[0]  # bounded by the cache room
     # a text whose expected speech cannot fit is refused up front, naming the variable that raises the room
     with pytest.raises(TTSInputError, match="too long for one stream.*TTS_DEEP_STREAM_MAX_POSITIONS") as info:

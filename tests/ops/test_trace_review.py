@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agent.tools import trace_review
-from agent.tracing import TraceCollector
+from agent.tracing import TURN_COMMITTED, Outcome, TraceCollector
 
 FIXTURE = Path(__file__).parent / "fixtures" / "traces_sample.jsonl"
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,7 +60,8 @@ def test_records_from_the_real_collector_are_read(tmp_path: Path) -> None:
     turn = collector.open_turn(10.0)
     for i, point in enumerate(trace_review.POINTS[2:], 1):
         collector.mark(point, 10.0 + i * 0.01)
-    turn.outcome = "answered"
+    collector.mark(TURN_COMMITTED, 10.025)
+    turn.outcome = Outcome.ANSWERED
     collector.finish(turn)
     files = list(tmp_path.glob("*.jsonl"))
     turns, problems = trace_review.read_traces(files)

@@ -32,3 +32,37 @@ async def test_every_404_is_json(client, path: str) -> None:
     resp = await client.get(path)
     assert resp.status == 404 and resp.content_type == "application/json"
     assert (await resp.json())["field"] == "path"
+
+
+# LiveKit's standard fields (tests/token_server/test_standard_endpoint.py) at the parser's limits and with the
+# values a hostile client would try: each is a 400 naming the field (or the body), never a 500 or a token
+@pytest.mark.parametrize(
+    "raw, field",
+    [
+        (b'{"room_config": ' + b'{"agents": [' * 600 + b"]}" * 600 + b"}", "body"),
+        (b'{"participant_attributes": ' + b'{"a":' * 3_000 + b"}", "body"),
+        (b'{"room_config": {"max_participants": 1' + b"0" * 5_000 + b"}}", "body"),
+        (b'{"participant_attributes": {"k": 1e999}}', "participant_attributes.k"),
+        (b'{"participant_attributes": {"k\\n": "v"}}', "participant_attributes"),
+        (b'{"participant_attributes": {"\\ud800": "v"}}', "participant_attributes"),
+        (b'{"participant_attributes": {"k": "\\ud800"}}', "participant_attributes.k"),
+        (b'{"participant_metadata": "\\udfff"}', "participant_metadata"),
+        (b'{"participant_metadata": ["x"]}', "participant_metadata"),
+        (b'{"participant_attributes": null, "room_config": {"agents": [null]}}', "room_config.agents[0]"),
+        (b'{"room_config": {"agents": [{"agent_name": ["voice-agent-test"]}]}}', "room_config.agents[0].agent_name"),
+        (b'{"room_config": {"agents": [{"agent_name": "voice-agent-test\\n"}]}}', "room_config.agents[0].agent_name"),
+        (b'{"room_config": {"agents": [{"restart_policy": 2}]}}', "room_config.agents[0].restart_policy"),
+        (b'{"room_config": {"sync_streams": true}}', "room_config.sync_streams"),
+        (b'{"room_config": {"min_playout_delay": -1}}', "room_config.min_playout_delay"),
+        (b'{"room_config": {"__proto__": {}}}', "room_config.__proto__"),
+        (b'{"room_config": []}', "room_config"),
+        (b'{"participant_identity": "ada", "participant_identity": "../x"}', "participant_identity"),  # last wins
+    ],
+)
+async def test_standard_fields_at_their_limits_are_400(client, raw: bytes, field: str) -> None:
+    resp = await client.post("/api/token", data=raw, headers=JSON)
+    assert resp.status == 400, await resp.text()
+    error = await resp.json()
+    assert error["field"] == field and error["error"], error
+    assert len(error["error"]) < 400
+    assert (await client.post("/api/token", data=b'{"room_name": "ok"}', headers=JSON)).status == 201

@@ -33,3 +33,17 @@ async def test_the_document_is_served_and_loads_in_schemathesis(client) -> None:
     assert doc == document()
     operations = [result.ok() for result in schemathesis.openapi.from_dict(doc).get_all_operations()]
     assert ("POST", "/api/token") in {(op.method.upper(), op.path) for op in operations}
+
+
+def test_the_document_states_both_token_contracts() -> None:
+    from token_server.tokens import ALLOWED_FIELDS, DISPATCH_SETTINGS, ROOM_SETTINGS
+
+    post = document()["paths"]["/api/token"]["post"]
+    body = post["requestBody"]["content"]["application/json"]["schema"]
+    assert set(body["properties"]) == set(ALLOWED_FIELDS) and body["additionalProperties"] is False
+    room_config = body["properties"]["room_config"]
+    assert set(room_config["properties"]) == {"agents", *ROOM_SETTINGS}
+    assert set(room_config["properties"]["agents"]["items"]["properties"]) == {"agent_name", *DISPATCH_SETTINGS}
+    for status in ("200", "201"):  # the first names, LiveKit's standard request
+        answer = post["responses"][status]["content"]["application/json"]["schema"]
+        assert {"server_url", "participant_token", "token", "url"} <= set(answer["required"])

@@ -27,8 +27,9 @@ async def test_token_carries_every_claim(client, config) -> None:
     assert resp.status == 200
     assert resp.headers["Cache-Control"] == "no-store"
     body = await resp.json()
-    assert set(body) == {"token", "url", "room", "identity", "expires_at"}
+    assert set(body) == {"server_url", "participant_token", "token", "url", "room", "identity", "expires_at"}
     assert (body["url"], body["room"], body["identity"]) == ("wss://lk.example.test", "demo-room_1", "alice")
+    assert (body["server_url"], body["participant_token"]) == (body["url"], body["token"])  # LiveKit's names too
 
     claims = TokenVerifier(config.api_key, config.api_secret).verify(body["token"])
     assert claims.identity == "alice" and claims.name == "Alice A."

@@ -105,6 +105,13 @@ def _dispatch(args: argparse.Namespace) -> dict[str, Any]:
             print(f"[bench] wrote {path} (+ .md, .png)")
             if Path(args.results_dir).resolve() == RESULTS_DIR.resolve():
                 (RESULTS_DIR.parent / "RESULTS.md").write_text(render_results_md(RESULTS_DIR), encoding="utf-8")
+            if args.gate_first_p95_ms is not None:
+                from tts_engine.bench.load import gate_failures
+
+                failures = gate_failures(result.get("levels", []), args.gate_first_p95_ms)
+                if failures:
+                    raise BenchError("the load gate failed: " + "; ".join(failures))
+                print(f"[bench] load gate passed (no late stream, first audio P95 <= {args.gate_first_p95_ms:g} ms)")
         return result
     if args.mode == "peer":
         from tts_engine.bench.peer import run_peer

@@ -1,15 +1,21 @@
-"""`python -m tts_engine bench load`: many concurrent streams with open-loop arrivals (issue 15).
+"""`python -m tts_engine bench load`: many concurrent streams with open-loop arrivals.
 
-Contract (DESIGN.md §4 names):
+Contract (the figures' names are the engine's own: docs/engine.md, "Load reporting and stats"):
 - Levels: `--levels 1,16,...,512` concurrent streams. Per level, N streams arrive open-loop (their start times
   are fixed in advance, never waiting for earlier streams): `--arrivals window` spreads the N starts evenly over
   `--window` seconds; `--arrivals poisson` draws exponential gaps at `--rate` streams/s (seeded).
 - Every stream is held to exactly `--frames` frames (the bench-only fixed frame count of bench/ours.py), first
   packet 1 frame, then the engine's packet size.
-- Per stream: first audio = `engine.stream()` called -> first packet's PCM on the host (`Packet.t_ready`);
-  RTF = (last packet's t_ready - call) / audio duration. Lateness of packet k for a client buffer of B ms:
-  t_ready(k) - (t_ready(first) + audio delivered before k + B). A stream is *viable* at B when no packet is
-  late; streaming viability = viable streams / streams that ran.
+- Text input: `whole` (default) gives each stream its text at once (`Engine.stream`); `tokens` opens a
+  streaming-text stream (`Engine.open_text_stream(layout="tokens")`) and pushes the text one word every
+  `--word-interval-ms` as an LLM streams it (a leading space from the second word on), the words repeated until
+  there are at least `--frames` of them, so the text never ends before the frames do; then closes it.
+- Per stream: first audio = the call (`engine.stream()` / `open_text_stream()`, the first word pushed with it) ->
+  first packet's PCM on the host (`Packet.t_ready`); in token mode also `text_wait_ms` (the call -> the first
+  frame's text known: two final tokens, or the text closed) and `after_text_ms` (that -> first packet, the
+  engine's share). RTF = (last packet's t_ready - call) / audio duration. Lateness of packet k for a client
+  buffer of B ms: t_ready(k) - (t_ready(first) + audio delivered before k + B). A stream is *viable* at B when no
+  packet is late; streaming viability = viable streams / streams that ran.
 - A stream the engine refuses (`EngineBusyError`, the server's 503 + Retry-After) counts as refused, never as
   viable; refusals are reported beside viability.
 - Per level: first audio P50/P95/P99, RTF P50/P95, viability and late-stream counts at each B (`--buffers-ms`,
@@ -26,10 +32,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from tts_engine.audio_format import SAMPLE_RATE, SAMPLES_PER_FRAME
 from tts_engine.bench.stats import BenchError, percentile
-
-SAMPLE_RATE = 24_000
-SAMPLES_PER_FRAME = 1920
 
 
 @dataclass
@@ -42,6 +46,7 @@ class StreamTrace:
     error: str | None = None
     t_admitted: float | None = None  # engine metrics: queue + prompt + prefill done (first audio = this + 1 step)
     t_request: float | None = None  # engine metrics: when `engine.stream()` ran (the client task may start late)
+    t_text: float | None = None  # token mode: when the first frame's text was known
 
     @property
     def samples(self) -> int:
@@ -100,11 +105,61 @@ async def _client(engine: Any, trace: StreamTrace, text: str, speaker: str, lang
     trace.t_request = getattr(handle.metrics, "t_request", None)
 
 
+def stream_words(text: str, frames: int) -> list[str]:
+    """The pieces a token-mode stream pushes: `text`'s words as an LLM streams them (" word" from the second on),
+    repeated until there are at least `frames` of them."""
+    words = text.split()
+    if not words:
+        raise BenchError("--text has no words to push")
+    out = []
+    while len(out) < frames:
+        out.extend(words)
+    return [word if i == 0 else " " + word for i, word in enumerate(out)]
+
+
+async def _token_client(engine: Any, trace: StreamTrace, words: list[str], interval_s: float, speaker: str,
+                        language: str, frames: int) -> None:
+    from tts_engine.errors import EngineBusyError
+
+    try:
+        stream = engine.open_text_stream(speaker, language, layout="tokens", max_frames=frames, first_packet_frames=1)
+    except EngineBusyError:
+        trace.refused = True
+        return
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+
+    async def feed() -> None:
+        for i, word in enumerate(words):
+            if i:
+                await asyncio.sleep(max(0.0, t0 + i * interval_s - loop.time()))  # open loop: no drift
+            stream.push(word)
+            if trace.t_text is None and stream.tokens >= 2:
+                trace.t_text = time.perf_counter()
+        stream.close()
+        if trace.t_text is None:
+            trace.t_text = time.perf_counter()
+
+    feeder = asyncio.create_task(feed())
+    try:
+        async for packet in stream:
+            trace.packets.append((packet.t_ready, len(packet.pcm)))
+    except Exception as exc:  # noqa: BLE001 - recorded per stream, the level goes on
+        trace.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        feeder.cancel()
+    trace.t_admitted = getattr(stream.metrics, "t_admitted", None)
+    trace.t_request = getattr(stream.metrics, "t_request", None)
+
+
 async def run_level(engine: Any, n: int, *, text: str, speaker: str, language: str, frames: int,
                     arrivals: str = "window", window_s: float = 2.0, rate: float = 0.0,
-                    seed: int = 0) -> list[StreamTrace]:
+                    seed: int = 0, text_input: str = "whole", word_interval_ms: float = 60.0) -> list[StreamTrace]:
     """Start n streams at their fixed offsets (open loop) and wait for all of them."""
     offsets = arrival_offsets(n, arrivals, window_s, rate, seed)
+    if text_input not in ("whole", "tokens"):
+        raise BenchError(f"--text-input={text_input!r} is not allowed; choose whole or tokens")
+    words = stream_words(text, frames) if text_input == "tokens" else []
     loop = asyncio.get_running_loop()
     t_start = loop.time() + 0.05
     traces: list[StreamTrace] = []
@@ -115,7 +170,11 @@ async def run_level(engine: Any, n: int, *, text: str, speaker: str, language: s
             await asyncio.sleep(delay)
         trace = StreamTrace(t_call=time.perf_counter())
         traces.append(trace)
-        tasks.append(asyncio.create_task(_client(engine, trace, text, speaker, language, frames)))
+        if text_input == "tokens":
+            client = _token_client(engine, trace, words, word_interval_ms / 1000.0, speaker, language, frames)
+        else:
+            client = _client(engine, trace, text, speaker, language, frames)
+        tasks.append(asyncio.create_task(client))
     await asyncio.gather(*tasks)
     return traces
 
@@ -144,6 +203,12 @@ def summarize_level(traces: list[StreamTrace], *, frames: int, buffers_ms: list[
                              ("first_step_ms", [t.packets[0][0] - t.t_admitted for t in split])):
             ms = [v * 1000.0 for v in values]
             out[name] = {f"p{q}": round(percentile(ms, q), 2) for q in (50, 95, 99)}
+    texted = [t for t in ran if t.t_text is not None]
+    if texted:  # token mode: first audio = waiting for the first frame's text + the engine's share after it
+        for name, values in (("text_wait_ms", [t.t_text - t.t_call for t in texted]),
+                             ("after_text_ms", [t.packets[0][0] - t.t_text for t in texted])):
+            ms = [v * 1000.0 for v in values]
+            out[name] = {f"p{q}": round(percentile(ms, q), 2) for q in (50, 95, 99)}
     out["rtf"] = {"p50": round(percentile(rtf, 50), 4), "p95": round(percentile(rtf, 95), 4),
                   "max": round(max(rtf), 4)}
     for b in buffers_ms:
@@ -163,8 +228,11 @@ def summarize_level(traces: list[StreamTrace], *, frames: int, buffers_ms: list[
 
 def _step_stats_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     """What the engine did during a level (counter deltas) and its running figures at the end of it."""
-    keys = ("steps", "step_rows", "frames_generated", "admissions_deferred", "slot_moves", "streams_rejected_busy")
-    out: dict[str, Any] = {k: after.get(k, 0) - before.get(k, 0) for k in keys if k in after}
+    keys = ("steps", "step_rows", "frames_generated", "admissions_deferred", "slot_moves", "streams_rejected_busy",
+            "text_waits", "worker_text_rows_ms_total", "worker_admit_ms_total", "worker_step_ms_total",
+            "worker_moves_ms_total")
+    out: dict[str, Any] = {k.removesuffix("_total"): round(after.get(k, 0) - before.get(k, 0), 3)
+                           for k in keys if k in after}
     if out.get("steps"):
         out["mean_rows_per_step"] = round(out.get("step_rows", 0) / out["steps"], 1)
     for key in ("recent_iteration_ms", "step_overrun", "capacity"):
@@ -174,7 +242,8 @@ def _step_stats_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str
 
 def run_load(engine: Any, levels: list[int], *, text: str, speaker: str, language: str, frames: int,
              arrivals: str, window_s: float, rate: float, buffers_ms: list[float], seed: int = 0,
-             pause_s: float = 1.0, progress: Any = print) -> list[dict[str, Any]]:
+             pause_s: float = 1.0, progress: Any = print, text_input: str = "whole",
+             word_interval_ms: float = 60.0) -> list[dict[str, Any]]:
     """Every level in turn on one loaded engine (idle between levels); returns one summary per level."""
     from tts_engine.runtime.process import gc_pauses
 
@@ -186,7 +255,8 @@ def run_load(engine: Any, levels: list[int], *, text: str, speaker: str, languag
         pauses.reset()
         iterations.reset()
         traces = asyncio.run(run_level(engine, n, text=text, speaker=speaker, language=language, frames=frames,
-                                       arrivals=arrivals, window_s=window_s, rate=rate, seed=seed))
+                                       arrivals=arrivals, window_s=window_s, rate=rate, seed=seed,
+                                       text_input=text_input, word_interval_ms=word_interval_ms))
         summary = {"concurrency": n, **summarize_level(traces, frames=frames, buffers_ms=buffers_ms)}
         summary["engine"] = _step_stats_delta(before, engine.stats())
         summary["gc_pauses"] = pauses.snapshot()
@@ -206,23 +276,14 @@ def run_load(engine: Any, levels: list[int], *, text: str, speaker: str, languag
 
 
 class _IterationTrace:
-    """Bench-only diagnosis: wraps the scheduler's admission call to record, per worker iteration with streams
-    waiting, how many waited and how many were admitted (the product code is unchanged)."""
+    """Per worker iteration with streams waiting: how many waited and how many were admitted (the scheduler's
+    `on_admission` observer)."""
 
     def __init__(self, engine: Any) -> None:
         self.records: list[tuple[int, int]] = []
         scheduler = getattr(engine, "scheduler", None)
-        original = getattr(scheduler, "_admit_pending", None)
-        if original is None:
-            return
-
-        def traced() -> None:
-            waiting, running = len(scheduler._pending), len(scheduler._slots)
-            original()
-            if waiting:
-                self.records.append((waiting, len(scheduler._slots) - running))
-
-        scheduler._admit_pending = traced
+        if scheduler is not None and hasattr(scheduler, "on_admission"):
+            scheduler.on_admission = lambda waiting, admitted: self.records.append((waiting, admitted))
 
     def reset(self) -> None:
         self.records = []
@@ -247,19 +308,47 @@ def format_level(s: dict[str, Any]) -> str:
             parts.append(f"viability@{key[7:]} {v['viability']:.3f} (late {v['late_streams']}, "
                          f"worst {v['worst_lateness_ms']} ms)")
     parts.append(f"{s['audio_s_per_s']} audio s/s, refused {s['refused']}, errors {s['errors']}")
+    if "text_wait_ms" in s:
+        parts.append(f"text wait P95 {s['text_wait_ms']['p95']} ms, after text P95 {s['after_text_ms']['p95']} ms")
+    engine = s.get("engine", {})
+    if engine.get("steps"):
+        per_step = {k[len("worker_"):-len("_ms")]: round(v / engine["steps"], 2) for k, v in engine.items()
+                    if k.startswith("worker_")}
+        parts.append(f"worker ms per step {per_step}, slot moves {engine.get('slot_moves')}, "
+                     f"text waits {engine.get('text_waits')}")
     return ", ".join(parts)
 
 
-LEVEL_COLUMNS = ["N", "told_buf_ms", "first_p50_ms", "first_p95_ms", "first_p99_ms", "rtf_p50", "rtf_p95", "viab_B0",
-                 "viab_B100", "late_B0", "worst_late_B0_ms", "audio_s/s", "refused"]
+def gate_failures(levels: list[dict[str, Any]], first_p95_ms: float) -> list[str]:
+    """What misses the target at each level: a stream with a late packet for the listener buffer the engine was
+    told of, a refused or failed stream, or first audio P95 over `first_p95_ms`."""
+    out = []
+    for s in levels:
+        told = int(s.get("client_buffer_ms", 0.0))
+        name = f"N={s['concurrency']} ({s.get('text_input', 'whole')} text, told {told} ms)"
+        late = s.get(f"buffer_{told}ms", {}).get("late_streams")
+        if "first_audio_ms" not in s or s.get("refused") or s.get("errors"):
+            out.append(f"{name}: {s.get('refused')} refused, {s.get('errors')} failed")
+            continue
+        if late:
+            out.append(f"{name}: {late} stream(s) with a late packet at B = {told} ms")
+        if s["first_audio_ms"]["p95"] > first_p95_ms:
+            out.append(f"{name}: first audio P95 {s['first_audio_ms']['p95']} ms > {first_p95_ms:g} ms")
+    return out
+
+
+LEVEL_COLUMNS = ["N", "text", "told_buf_ms", "first_p50_ms", "first_p95_ms", "first_p99_ms", "text_wait_p95_ms",
+                 "rtf_p50", "rtf_p95", "viab_B0", "viab_B100", "late_B0", "worst_late_B0_ms", "audio_s/s", "refused"]
 
 
 def level_row(s: dict[str, Any]) -> dict[str, Any]:
     fa, rtf = s.get("first_audio_ms", {}), s.get("rtf", {})
     b0, b100 = s.get("buffer_0ms", {}), s.get("buffer_100ms", {})
-    return {"N": s["concurrency"], "told_buf_ms": s.get("client_buffer_ms", 0.0), "first_p50_ms": fa.get("p50"),
-            "first_p95_ms": fa.get("p95"),
-            "first_p99_ms": fa.get("p99"), "rtf_p50": rtf.get("p50"), "rtf_p95": rtf.get("p95"),
+    return {"N": s["concurrency"], "text": s.get("text_input", "whole"),
+            "told_buf_ms": s.get("client_buffer_ms", 0.0), "first_p50_ms": fa.get("p50"),
+            "first_p95_ms": fa.get("p95"), "first_p99_ms": fa.get("p99"),
+            "text_wait_p95_ms": s.get("text_wait_ms", {}).get("p95"), "rtf_p50": rtf.get("p50"),
+            "rtf_p95": rtf.get("p95"),
             "viab_B0": b0.get("viability"), "viab_B100": b100.get("viability"), "late_B0": b0.get("late_streams"),
             "worst_late_B0_ms": b0.get("worst_lateness_ms"), "audio_s/s": s.get("audio_s_per_s"),
             "refused": s.get("refused")}

@@ -51,6 +51,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--client-buffer-ms", default="0",
                         help="load: the listener buffer the engine is told of (TTS_DEEP_STREAM_CLIENT_BUFFER_MS); a "
                              "comma list runs every level under each value")
+    parser.add_argument("--text-input", default="whole",
+                        help="load: each stream's text given whole, or pushed one word at a time into a streaming-text "
+                             "stream (tokens); a comma list (whole,tokens) runs every level in each, on one engine")
+    parser.add_argument("--word-interval-ms", type=float, default=60.0,
+                        help="load, --text-input tokens: one word pushed every this many ms (default 60)")
+    parser.add_argument("--gate-first-p95-ms", type=float, default=None,
+                        help="load: exit with status 1 if a level has a late stream (for the buffer the engine was "
+                             "told of), a refused or failed one, or first audio P95 over this")
     parser.add_argument("--attention-rows", default="",
                         help="steps/load: row counts for the talker attention micro-benchmark (sdpa vs reduce)")
 
@@ -73,6 +81,9 @@ def run_mode(args: argparse.Namespace, model_dir: str) -> dict[str, Any]:
     from tts_engine.bench.step_profile import PROFILE_COLUMNS, kernel_table, profile_rows
 
     levels = _ints(args.levels, "levels") if args.mode == "load" else []
+    modes = [m.strip() for m in args.text_input.split(",") if m.strip()]
+    if not modes or any(m not in ("whole", "tokens") for m in modes):
+        raise BenchError(f"--text-input={args.text_input!r} is not allowed; give whole, tokens or whole,tokens")
     rows = _ints(args.profile_rows, "profile-rows")
     kernels = _ints(args.kernels, "kernels")
     buffers = [float(b) for b in args.buffers_ms.split(",") if b.strip()]
@@ -119,15 +130,18 @@ def run_mode(args: argparse.Namespace, model_dir: str) -> dict[str, Any]:
             write_json(partial, result)
         if levels:
             result["arrivals"] = {"mode": args.arrivals, "window_s": args.window, "rate": args.rate}
+            result["text_input"] = {"modes": modes, "word_interval_ms": args.word_interval_ms}
             result["levels"] = []
-            for buffer_ms in declared:
-                # the admission policy is the only thing the declared buffer changes (runtime/admission.py)
-                engine.scheduler.policy = dataclasses.replace(engine.scheduler.policy, client_buffer_ms=buffer_ms)
-                print(f"[bench load] engine told of a {buffer_ms:g} ms client buffer", flush=True)
-                for level in run_load(engine, levels, frames=args.frames, arrivals=args.arrivals,
-                                      window_s=args.window, rate=args.rate, buffers_ms=buffers, **common):
-                    result["levels"].append({"client_buffer_ms": buffer_ms, **level})
-                    write_json(partial, result)
+            for mode in modes:
+                for buffer_ms in declared:
+                    # the admission policy is the only thing the declared buffer changes (runtime/admission.py)
+                    engine.scheduler.policy = dataclasses.replace(engine.scheduler.policy, client_buffer_ms=buffer_ms)
+                    print(f"[bench load] text {mode}, engine told of a {buffer_ms:g} ms client buffer", flush=True)
+                    for level in run_load(engine, levels, frames=args.frames, arrivals=args.arrivals,
+                                          window_s=args.window, rate=args.rate, buffers_ms=buffers, text_input=mode,
+                                          word_interval_ms=args.word_interval_ms, **common):
+                        result["levels"].append({"text_input": mode, "client_buffer_ms": buffer_ms, **level})
+                        write_json(partial, result)
             print(format_table([level_row(s) for s in result["levels"]], LEVEL_COLUMNS), flush=True)
         result["engine_stats"] = engine.stats()
     finally:
@@ -144,8 +158,10 @@ def run_mode(args: argparse.Namespace, model_dir: str) -> dict[str, Any]:
 
 
 def write_load_results(result: dict[str, Any], results_dir: Path, plot: str = "") -> Path:
-    """<gpu>_load[_preset].json + .md beside it + the PNG; returns the JSON path."""
-    name = device_slug(result["device"]) + "_load" + ("" if result["preset"] == "0.6b" else f"_{result['preset']}")
+    """<gpu>_load[_tokens][_preset].json + .md beside it + the PNG; returns the JSON path."""
+    tokens = "tokens" in result.get("text_input", {}).get("modes", [])
+    name = (device_slug(result["device"]) + "_load" + ("_tokens" if tokens else "")
+            + ("" if result["preset"] == "0.6b" else f"_{result['preset']}"))
     path = write_json(results_dir / f"{name}.json", result)
     lines = [f"# {result['device']}, preset {result['preset']}, {result['date']}", "", *load_markdown(result)]
     (results_dir / f"{name}.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -187,12 +203,13 @@ def plot_levels(result: dict[str, Any], out: Path) -> None:
     import matplotlib.pyplot as plt
 
     done = [s for s in result["levels"] if "first_audio_ms" in s]
-    declared = sorted({s.get("client_buffer_ms", 0.0) for s in done})
+    runs = sorted({(s.get("text_input", "whole"), s.get("client_buffer_ms", 0.0)) for s in done})
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    for told in declared:
-        levels = [s for s in done if s.get("client_buffer_ms", 0.0) == told]
+    for mode, told in runs:
+        levels = [s for s in done if (s.get("text_input", "whole"), s.get("client_buffer_ms", 0.0)) == (mode, told)]
         n = [s["concurrency"] for s in levels]
-        tag = f", engine told {told:g} ms" if len(declared) > 1 else ""
+        tag = (f", {mode} text" if len({m for m, _ in runs}) > 1 else "") + (
+            f", engine told {told:g} ms" if len({t for _, t in runs}) > 1 else "")
         for q in ("p50", "p95"):
             ax1.plot(n, [s["first_audio_ms"][q] for s in levels], marker="o", label=f"{q.upper()}{tag}")
         for key in sorted(k for k in levels[0] if k.startswith("buffer_")):

@@ -1,6 +1,6 @@
 """Benchmarks of our engine on a CUDA GPU: load/capture, codegen frame, decoder frame, streaming TTFA/RTF, memory.
 
-Contract (numbers are the DESIGN.md §4 definitions):
+Contract (the figures are the engine's own: docs/engine.md, "Load reporting and stats"):
 - `load_s`: `Engine.load` wall time (weights, compile pass, CUDA-graph capture, warm-up stream); `capture_s`
   and `compile_pass_s` from the engine's graph stats.
 - `frame_ms_p50`: one batch-1 frame step of the code generator (talker + 15-pass predictor), timed with CUDA
@@ -28,10 +28,8 @@ import asyncio
 import time
 from typing import Any
 
+from tts_engine.audio_format import SAMPLE_RATE, SAMPLES_PER_FRAME
 from tts_engine.bench.stats import BenchError, gpu_memory_gib, summarize
-
-SAMPLE_RATE = 24_000
-SAMPLES_PER_FRAME = 1920
 
 
 def _force_fixed_frames(frames: int) -> None:

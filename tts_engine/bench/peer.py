@@ -3,7 +3,7 @@
 Runs in its own process (`python -m tts_engine bench peer ...`) so its GPU memory and CUDA graphs never
 mix with ours. The peer is a test-time comparison only: product code never imports it.
 
-How it is measured (and how that matches our definitions, DESIGN.md §4):
+How it is measured (and how that matches our definitions, docs/engine.md "Load reporting and stats"):
 - Fixed frame count: `max_new_tokens = min_new_tokens = frames`. The peer's loop makes one codec frame
   per step and suppresses EOS until `min_new_tokens` frames exist, so every run yields exactly `frames`
   frames (checked from the returned sample count).
@@ -15,7 +15,7 @@ How it is measured (and how that matches our definitions, DESIGN.md §4):
 - Sampling: the peer's defaults (talker do_sample, top_k 50, temperature 0.9; its predictor graph always
   samples). Load time covers `from_pretrained`; capture time covers its explicit `warmup()`.
 
-Import shims (facts from shared/reference/parity_reference.md): qwen_tts imports sox, onnxruntime,
+Import shims (as for the parity reference, tests/parity/official_ref.py): qwen_tts imports sox, onnxruntime,
 torchaudio and librosa at import time for paths CustomVoice never runs; a module that is missing or
 fails to import is replaced by an empty stand-in whose functions raise. On transformers 5.17-5.20 its
 rope registry entry needs `rope_theta` to fall back to `rope_parameters`.
@@ -28,12 +28,11 @@ import time
 import types
 from typing import Any
 
+from tts_engine.audio_format import SAMPLE_RATE, SAMPLES_PER_FRAME
 from tts_engine.bench.stats import BenchError, gpu_memory_gib, summarize
 
 PEER_NAME = "faster-qwen3-tts"
 PEER_VERSION = "0.5.4"
-SAMPLE_RATE = 24_000
-SAMPLES_PER_FRAME = 1920
 MODES = ("chunk8", "chunk1", "offline")
 
 

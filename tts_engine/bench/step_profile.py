@@ -121,9 +121,9 @@ def profile_rows(engine: Any, rows_list: list[int], *, text: str, speaker: str, 
     peaks = peaks or PEAKS
     scheduler, gen, graphs = engine.scheduler, engine.codegen, engine.scheduler.stepper.graphs
     dec = engine.model.codec
-    if max(rows_list) > gen.max_slots:
+    if max(rows_list) > scheduler.max_slots:
         raise BenchError(f"--rows up to {max(rows_list)} needs an engine with that many slots "
-                         f"(it has {gen.max_slots}; raise --max-streams)")
+                         f"(it has {scheduler.max_slots}; raise --max-streams)")
     dec_flops = decoder_flops_per_frame(engine)
 
     def body() -> list[dict[str, Any]]:

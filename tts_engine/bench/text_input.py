@@ -97,7 +97,7 @@ async def run_cases(engine: Any, runs: int, frames: int, trickle_ms: float) -> d
     out["tokens_trickle"]["text_waits_per_stream"] = round((engine.stats()["text_waits"] - waits0) / (runs + 3), 1)
 
     # one whole long text: packet gaps inside segments vs at segment boundaries
-    segments = engine._fitter.split(TEXT_2000)  # noqa: SLF001
+    segments = engine.segments(TEXT_2000)
     t0 = time.perf_counter()
     handle = engine.stream(TEXT_2000, "serena", max_frames=frames, packet_frames=1)
     times = [p.t_ready async for p in handle]

@@ -1,6 +1,6 @@
 """The 12 Hz codec decoder (speech tokenizer v2): codes [B, 16, T] -> 24 kHz PCM [B, T*1920], fp32.
 
-Contract (docs/codec.md, INTERFACES.md):
+Contract (docs/codec.md):
 - `CodecDecoder.from_pretrained(speech_tokenizer_dir, device)` reads `config.json` and the `decoder.*` tensors of
   `model.safetensors` by their real names; any problem raises `CheckpointError` naming the file, the tensor and
   the expected shape. The encoder (`encoder.*`, voice cloning only) is not read. Always fp32.
@@ -12,6 +12,8 @@ Contract (docs/codec.md, INTERFACES.md):
   recent keys/values per transformer layer and a per-row position counter (device tensor). No host syncs and no
   data-dependent Python branches in `step`; shapes are fixed for a fixed n (CUDA-graph capturable).
   `step` does not check code ranges (that would sync); it clamps them into [0, codebook_size).
+- With `state.live` set, a step advances the live rows only: the others' context and position stay as they were
+  (their output is garbage), so a batched step may run rows that must not advance.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from tts_engine.model.codec_layers import (
     DecoderBlock,
     SnakeBeta,
     StatefulModule,
+    StreamContext,
     Weights,
 )
 from tts_engine.model.codec_transformer import PreTransformer
@@ -47,6 +50,9 @@ class CodecState:
     kv_k: torch.Tensor  # [layers, B, kv_heads, window-1, head_dim]
     kv_v: torch.Tensor
     positions: torch.Tensor  # [B] int64: frames decoded so far per row
+    # [B] bool: the rows a step advances; the others read their context and keep it (the engine shares this tensor
+    # with its code generator). None: every row advances.
+    live: torch.Tensor | None = None
 
     def reset_(self, rows: torch.Tensor | slice | int) -> None:
         """Zero the selected batch rows so their next step starts a fresh stream (slot reuse)."""
@@ -172,16 +178,18 @@ class CodecDecoder(nn.Module):
     def step(self, codes: torch.Tensor, state: CodecState) -> torch.Tensor:
         self._check_codes(codes)
         n = codes.shape[2]
-        latent = self.pre_conv(self.dequantizer(codes.long().clamp(0, self.cfg.codebook_size - 1)), state.tails)
-        hidden = self.pre_transformer(latent.transpose(1, 2), state.kv_k, state.kv_v, state.positions)
-        state.positions.add_(n)
+        live = state.live
+        tails = StreamContext(state.tails, live)
+        latent = self.pre_conv(self.dequantizer(codes.long().clamp(0, self.cfg.codebook_size - 1)), tails)
+        hidden = self.pre_transformer(latent.transpose(1, 2), state.kv_k, state.kv_v, state.positions, live)
+        state.positions.add_(n if live is None else live.long() * n)
         x = hidden.transpose(1, 2)
         for up, convnext in self.upsample:
-            x = convnext(up(x, state.tails), state.tails)
-        x = self.input_conv(x, state.tails)
+            x = convnext(up(x, tails), tails)
+        x = self.input_conv(x, tails)
         for block in self.blocks:
-            x = block(x, state.tails)
-        wav = self.output_conv(self.output_act(x), state.tails)
+            x = block(x, tails)
+        wav = self.output_conv(self.output_act(x), tails)
         return wav.clamp(-1.0, 1.0).squeeze(1)
 
     # ---- intermediate outputs (parity tests) -----------------------------------------------------------------
@@ -194,5 +202,5 @@ class CodecDecoder(nn.Module):
     def transformer_output(self, codes: torch.Tensor) -> torch.Tensor:
         """codes [B, 16, T] -> pre-transformer output [B, T, latent_dim] of a single pass."""
         state = self.new_state(codes.shape[0])
-        latent = self.pre_conv(self.dequantize(codes), state.tails)
+        latent = self.pre_conv(self.dequantize(codes), StreamContext(state.tails))
         return self.pre_transformer(latent.transpose(1, 2), state.kv_k, state.kv_v, state.positions)

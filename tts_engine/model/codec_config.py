@@ -9,7 +9,7 @@ Contract:
 - `PRESET_CONFIGS` holds the config.json contents the factory writes: "tiny" (CPU tests) and the real dims
   shared by the 0.6B and 1.7B checkpoints.
 
-Layout facts (shared/reference/qwen3_tts.md §2.2, §4): the quantizer works in `codebook_dim // 2` dimensions with
+Layout facts (docs/codec.md): the quantizer works in `codebook_dim // 2` dimensions with
 1x1 input/output projections to `codebook_dim`; ConvTranspose weights are [in, out, k]; decoder block i maps
 `decoder_dim / 2**i` to `decoder_dim / 2**(i+1)` channels with kernel 2*rate and stride rate.
 """
@@ -21,10 +21,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from tts_engine.audio_format import SAMPLE_RATE, SAMPLES_PER_FRAME
 from tts_engine.errors import CheckpointError
 
-SAMPLES_PER_FRAME = 1920
-SAMPLE_RATE = 24000
 RESIDUAL_DILATIONS = (1, 3, 9)
 
 

@@ -9,7 +9,7 @@ Only the decoder is written. The Mimi encoder (`encoder.*`) is used for voice cl
 config block is present (the official loader needs it) but its weights are omitted, so the official
 `from_pretrained` initialises them itself and our loader ignores them.
 
-Weight scales follow shared/reference/parity_reference.md §3 so the waveform is a useful parity signal
+Weight scales (docs/codec.md, "Test checkpoints") make the waveform a useful parity signal
 (std ~0.1, little clipping, every code audible): weights N(0, 0.8/sqrt(fan_in)), biases N(0, 0.02),
 codebook sums N(0, 1) over usages U(0.5, 1.5), SnakeBeta log-alpha/log-beta U(-0.1, 0.1), norm weights
 1 +- 0.02. Residual scales (LayerScale, ConvNeXt gamma) are drawn around 0.1 rather than the 0.01 training
@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from tts_engine.audio_format import SAMPLE_RATE
 from tts_engine.model.codec_config import CodecConfig, decoder_tensor_shapes, preset_config
 
 PREPROCESSOR_CONFIG = {
@@ -34,7 +35,7 @@ PREPROCESSOR_CONFIG = {
     "padding_side": "right",
     "padding_value": 0.0,
     "return_attention_mask": True,
-    "sampling_rate": 24000,
+    "sampling_rate": SAMPLE_RATE,
 }
 MODELSCOPE_CONFIG = {"framework": "pytorch", "task": "text-to-speech", "allow_remote": True}
 

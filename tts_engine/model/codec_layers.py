@@ -8,8 +8,9 @@ given the per-stream context it needs, and updates that context in place:
   depends on inputs floor(o/s) - ceil(k/s) + 1 .. floor(o/s), so it keeps the last ceil(k/s)-1 input columns
   (none for k == s, one for k == 2s) and cuts the n*s samples that belong to the new columns.
 - `SnakeBeta`, LayerNorm, 1x1 convs, linear layers: pointwise in time, no context.
-Tails live in a caller-owned list (`tails[module.slot]`), so the same code runs a fresh single pass (zero tails)
-and a stream step, and a CUDA graph can capture it (fixed shapes, in-place `copy_`, no host syncs).
+Tails live in a caller-owned list (`tails[module.slot]`, in a `StreamContext`), so the same code runs a fresh single
+pass (zero tails) and a stream step, and a CUDA graph can capture it (fixed shapes, in-place writes, no host syncs).
+A batched step updates only the live rows' context (`StreamContext.live`): other rows read theirs and keep it.
 
 Weights are bound by the real checkpoint names (see codec_config.decoder_tensor_shapes); everything is fp32.
 """
@@ -24,6 +25,29 @@ import torch.nn.functional as F
 from torch import nn
 
 Weights = Callable[[str], torch.Tensor]  # real tensor name -> tensor
+
+
+def store(dst: torch.Tensor, new: torch.Tensor, live: torch.Tensor | None) -> None:
+    """`dst[:] = new` for the live rows (dim 0) only; every row when `live` is None. One kernel either way."""
+    if live is None:
+        dst.copy_(new)
+    else:
+        torch.where(live.view(-1, *([1] * (new.dim() - 1))), new, dst, out=dst)
+
+
+class StreamContext:
+    """Every stateful module's context of one batched stream state (`tensors[module.slot]`, [B, C, context]), and the
+    rows allowed to update theirs (`live` [B] bool; None: all)."""
+
+    def __init__(self, tensors: list[torch.Tensor], live: torch.Tensor | None = None) -> None:
+        self.tensors, self.live = tensors, live
+
+    def extend(self, slot: int, x: torch.Tensor, context: int) -> torch.Tensor:
+        """`x` [B, C, n] with its context prepended; the context becomes its last `context` samples."""
+        tail = self.tensors[slot]
+        x = torch.cat((tail, x), dim=-1)
+        store(tail, x[..., -context:], self.live)
+        return x
 
 
 class StatefulModule(nn.Module):
@@ -47,11 +71,9 @@ class CausalConv(StatefulModule):
     def tail_shape(self) -> tuple[int, int]:
         return self.weight.shape[1] * self.groups, self.context
 
-    def forward(self, x: torch.Tensor, tails: list[torch.Tensor]) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, tails: StreamContext) -> torch.Tensor:
         if self.context:
-            tail = tails[self.slot]
-            x = torch.cat((tail, x), dim=-1)
-            tail.copy_(x[..., -self.context :])
+            x = tails.extend(self.slot, x, self.context)
         return F.conv1d(x, self.weight, self.bias, dilation=self.dilation, groups=self.groups)
 
 
@@ -66,12 +88,10 @@ class CausalTransposedConv(StatefulModule):
     def tail_shape(self) -> tuple[int, int]:
         return self.weight.shape[0], self.context
 
-    def forward(self, x: torch.Tensor, tails: list[torch.Tensor]) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, tails: StreamContext) -> torch.Tensor:
         n = x.shape[-1]
         if self.context:
-            tail = tails[self.slot]
-            x = torch.cat((tail, x), dim=-1)
-            tail.copy_(x[..., -self.context :])
+            x = tails.extend(self.slot, x, self.context)
         y = F.conv_transpose1d(x, self.weight, self.bias, stride=self.stride)
         start = self.context * self.stride
         return y[..., start : start + n * self.stride]
@@ -111,7 +131,7 @@ class ConvNeXtBlock(nn.Module):
         self.register_buffer("b2", get(f"{prefix}.pwconv2.bias"))
         self.register_buffer("gamma", get(f"{prefix}.gamma"))
 
-    def forward(self, x: torch.Tensor, tails: list[torch.Tensor]) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, tails: StreamContext) -> torch.Tensor:
         h = self.dwconv(x, tails).transpose(1, 2)
         h = F.layer_norm(h, (h.shape[-1],), self.norm_weight, self.norm_bias, eps=1e-6)
         h = F.linear(F.gelu(F.linear(h, self.w1, self.b1)), self.w2, self.b2)
@@ -126,7 +146,7 @@ class ResidualUnit(nn.Module):
         self.act2 = SnakeBeta(get, f"{prefix}.act2")
         self.conv2 = CausalConv(get, f"{prefix}.conv2")
 
-    def forward(self, x: torch.Tensor, tails: list[torch.Tensor]) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, tails: StreamContext) -> torch.Tensor:
         h = self.conv1(self.act1(x), tails)
         return x + self.conv2(self.act2(h), tails)
 
@@ -142,7 +162,7 @@ class DecoderBlock(nn.Module):
             ResidualUnit(get, f"{prefix}.block.{i + 2}", dilation) for i, dilation in enumerate(dilations)
         )
 
-    def forward(self, x: torch.Tensor, tails: list[torch.Tensor]) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, tails: StreamContext) -> torch.Tensor:
         x = self.up(self.act(x), tails)
         for unit in self.units:
             x = unit(x, tails)

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tts_engine.model.codec_config import CodecConfig
-from tts_engine.model.codec_layers import Weights
+from tts_engine.model.codec_layers import Weights, store
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -88,7 +88,8 @@ class PreTransformer(nn.Module):
         started = c[None] >= (past - positions)[:, None, None]  # no keys before position 0
         return (in_window[None] & started)[:, None]  # [B, 1, n, R+n]
 
-    def forward(self, x: torch.Tensor, kv_k: torch.Tensor, kv_v: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, kv_k: torch.Tensor, kv_v: torch.Tensor, positions: torch.Tensor,
+                live: torch.Tensor | None = None) -> torch.Tensor:
         cfg = self.cfg
         batch, n, _ = x.shape
         cos, sin = self._rope(positions, n)
@@ -104,8 +105,8 @@ class PreTransformer(nn.Module):
             k = k * cos + rotate_half(k) * sin
             keys = torch.cat((kv_k[index], k), dim=2)
             values = torch.cat((kv_v[index], v), dim=2)
-            kv_k[index].copy_(keys[:, :, -self.window_past :])
-            kv_v[index].copy_(values[:, :, -self.window_past :])
+            store(kv_k[index], keys[:, :, -self.window_past :], live)  # only the live rows' windows move
+            store(kv_v[index], values[:, :, -self.window_past :], live)
             if groups > 1:
                 keys = keys.repeat_interleave(groups, dim=1)
                 values = values.repeat_interleave(groups, dim=1)

@@ -1,7 +1,7 @@
 """Parsed talker configuration: root `config.json` + `generation_config.json` of a Qwen3-TTS checkpoint.
 
-Contract: `ModelConfig.from_dir(model_dir)` reads both files (the real transformers-4.57 layout, see
-shared/reference/qwen3_tts.md §1-2) and returns plain dataclasses; a missing file, a missing key or a value
+Contract: `ModelConfig.from_dir(model_dir)` reads both files (the real transformers-4.57 layout: docs/model.md,
+"Checkpoint compatibility") and returns plain dataclasses; a missing file, a missing key or a value
 of the wrong type raises `CheckpointError` naming the file and the key. Nothing here touches torch.
 """
 

@@ -11,7 +11,7 @@ vocab.json merges.txt tokenizer_config.json speech_tokenizer/*` (the last via M2
   speech tokenizer stays fp32); tensors are generated one at a time (peak RAM ~ the bf16 file plus one fp32 tensor).
 - The text tokenizer is a small byte-level BPE trained with `tokenizers` whose byte tokens carry the GPT-2/Qwen2
   ids (so "\\n" is 198) and whose specials and chat-template words carry the real Qwen2 ids *in vocab.json*
-  (transformers 5 ignores ids listed only in tokenizer_config.json; parity_reference.md §3).
+  (transformers 5 ignores ids listed only in tokenizer_config.json; docs/model.md, "Random checkpoints").
 CLI: `python -m tts_engine make-checkpoint --preset tiny|0.6b|1.7b --out DIR [--seed N]` (make_checkpoint_cli.py).
 """
 
@@ -24,10 +24,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import save_file
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+from tts_engine.audio_format import SAMPLE_RATE
+from tts_engine.model.codec_factory import write_codec_checkpoint
+from tts_engine.model.config import ModelConfig
+from tts_engine.model.talker import TTSWeights
 
 PRESETS = ("tiny", "0.6b", "1.7b")
 
-# Real codec-token tables of the CustomVoice models (shared/reference/qwen3_tts.md §1.3).
+# Real codec-token tables of the CustomVoice models (their config.json `codec_language_id` / `spk_id`).
 LANGUAGE_IDS = {
     "english": 2050, "german": 2053, "spanish": 2054, "chinese": 2055, "japanese": 2058, "french": 2061,
     "sichuan_dialect": 2062, "korean": 2064, "russian": 2069, "italian": 2070, "portuguese": 2071,
@@ -108,7 +115,7 @@ def root_config(preset: str) -> dict[str, Any]:
         "im_start_token_id": 151644, "im_end_token_id": 151645, "assistant_token_id": 77091,
         "tts_pad_token_id": 151671, "tts_bos_token_id": 151672, "tts_eos_token_id": 151673,
         "talker_config": talker,
-        "speaker_encoder_config": {"enc_dim": hidden, "sample_rate": 24000},
+        "speaker_encoder_config": {"enc_dim": hidden, "sample_rate": SAMPLE_RATE},
         "transformers_version": "4.57.3",
     }
 
@@ -122,11 +129,6 @@ def _random_tensor(name: str, shape: tuple[int, ...], gen: torch.Generator) -> t
 def write_talker_weights(cfg_dict: dict[str, Any], path: Path, dtype: torch.dtype, seed: int,
                          progress: bool = False) -> int:
     """Random talker weights for a root config dict (shapes from our module tree) into `path`."""
-    from safetensors.torch import save_file
-
-    from tts_engine.model.config import ModelConfig
-    from tts_engine.model.talker import TTSWeights
-
     cfg = ModelConfig.from_dicts(cfg_dict, GENERATION_CONFIG)
     with torch.device("meta"):
         shapes = {name: tuple(t.shape) for name, t in TTSWeights(cfg).state_dict().items()}
@@ -173,8 +175,6 @@ _CORPUS = [
 
 def write_tokenizer(out_dir: Path) -> None:
     """Train a small byte-level BPE and write vocab.json / merges.txt / tokenizer_config.json with the real ids."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     trainer = trainers.BpeTrainer(
@@ -217,8 +217,6 @@ def make_checkpoint(preset: str, out_dir: str | Path, seed: int = 0, progress: b
     """Write a complete random-weight checkpoint for `preset` into `out_dir` and return the directory."""
     if preset not in PRESETS:
         raise ValueError(f"preset={preset!r} is not allowed; allowed presets: {', '.join(PRESETS)}")
-    from tts_engine.model.codec_factory import write_codec_checkpoint
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     config = root_config(preset)

@@ -1,6 +1,6 @@
 """Qwen3-style decoder building blocks shared by the talker and the code predictor (inference only).
 
-Contract (facts: shared/reference/qwen3_tts.md §1.2, §6):
+Contract (docs/model.md, "The frame step"):
 - `RMSNorm`: mean of squares in fp32, cast back to the input dtype, then multiplied by the weight.
 - `DecoderLayer`: pre-norm attention (per-head q/k RMSNorm applied before rotate-half RoPE, GQA, no biases,
   scale head_dim**-0.5) and a SwiGLU MLP, both with residuals. Parameter names equal the checkpoint's.
@@ -16,9 +16,9 @@ Contract (facts: shared/reference/qwen3_tts.md §1.2, §6):
   compiler fuses it into a couple of small kernels (SDPA launches one ~16 us flash kernel even for 16 keys).
 - `step` on many rows with `Attention.split_step` set (the CUDA fusion sets it): projections, then the new keys
   and values written into the cache by one indexed write each, then attention + output projection reading the
-  cache (`attend_out`; SDPA or reductions per `batched_attention`). Why: compiled as one function, the in-place
-  cache write became a copy of the layer's whole cache every step (60 % of a 256-row talker step on an H100).
-  One row keeps the single compiled step (`whole_step`), which is fastest at batch 1.
+  cache (`attend_out`; SDPA or reductions per `batched_attention`): compiled as one function, the in-place cache
+  write became a copy of the layer's whole cache (docs/engine.md, "CUDA fusion"). One row keeps the single compiled
+  step (`whole_step`), which is fastest at batch 1.
 - `rope_table` gives fp32 cos/sin rows exactly as the official rotary module computes them; they are cast to the
   activation dtype before being applied.
 """

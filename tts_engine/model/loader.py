@@ -16,19 +16,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
+from tts_engine.doctor import verify
 from tts_engine.errors import CheckpointError
+from tts_engine.model.codec import CodecDecoder
 from tts_engine.model.config import ModelConfig
 from tts_engine.model.predictor import CodePredictor
 from tts_engine.model.talker import Talker, TTSWeights
 from tts_engine.model.tokenizer import TextTokenizer
 from tts_engine.model.weights_io import read_checked_tensors
-
-if TYPE_CHECKING:
-    from tts_engine.model.codec import CodecDecoder
 
 WEIGHTS_FILE = "model.safetensors"
 SPEECH_TOKENIZER_DIR = "speech_tokenizer"
@@ -85,8 +83,6 @@ def load_model(model_dir: str | Path, device: str = "auto", dtype: str = "auto")
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise CheckpointError(f"{model_dir}: model directory does not exist")
-    from tts_engine.doctor import verify
-
     verify(model_dir)  # configs against tensor headers, every problem in one line, before a weight is read
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
@@ -96,8 +92,6 @@ def load_model(model_dir: str | Path, device: str = "auto", dtype: str = "auto")
         raise CheckpointError(f"{codec_dir}: required speech tokenizer folder is missing")
     tokenizer = TextTokenizer.from_dir(model_dir)
     root = load_talker_weights(model_dir, cfg, dev, dt)
-    from tts_engine.model.codec import CodecDecoder
-
     codec = CodecDecoder.from_pretrained(codec_dir, dev)
     return LoadedModel(
         config=cfg,

@@ -1,4 +1,4 @@
-"""CustomVoice prompt assembly, both text layouts of shared/reference/qwen3_tts.md §3.1-3.2.
+"""CustomVoice prompt assembly, both text layouts (docs/model.md, "Prompt" and "Streaming-text layout").
 
 Contract: `validate_request` checks text/speaker/language (errors list the valid values); a `PromptEmbedder`
 returns the talker prefill embeddings [T, H] and the number of text tokens:
@@ -67,9 +67,8 @@ class PromptEmbedder:
     the embedding table on the host (single-threaded, into a pinned staging buffer when the table is in CPU
     memory on a CUDA model) and sent with one non-blocking copy, so once a speaker/language pair has been seen,
     building a prompt makes no blocking copy and starts no CPU thread pool (the only wait is on the previous
-    request's copy out of the staging buffer, long finished). On an H100 the old per-request path (five blocking
-    copies and CPU `F.embedding`) finished 3-12 ms after a request right after a stream, against 0.8 ms in a
-    tight loop (tts_engine/bench/results/profiles/h100_admission_trace.txt).
+    request's copy out of the staging buffer, long finished; docs/benchmarks.md, `bench.admission_trace`, has what
+    the blocking path cost).
     Each piece is projected in the same batch as the official layout implies (bos/eos/pad together, role, text,
     instruct), so the embeddings are bit-identical to computing them per request. `tts_pad` is also the text-side
     embedding the code generator adds to every generated frame's feedback (non-streaming mode).
@@ -169,6 +168,13 @@ class PromptEmbedder:
     def project(self, ids: list[int]) -> torch.Tensor:
         """Text embeddings [len(ids), H] of token ids (the streaming layout's per-frame text rows)."""
         return self._project([list(ids)])[0]
+
+    @torch.no_grad()
+    def project_many(self, pieces: list[list[int]]) -> list[torch.Tensor]:
+        """`project` of several id lists as ONE batch (one gather, one copy, one projection), split back per list:
+        the streaming-text rows of every stream whose text grew since the last step."""
+        rows = self._project([[i for piece in pieces for i in piece]])[0]
+        return list(rows.split([len(piece) for piece in pieces]))
 
     @torch.no_grad()
     def streaming(self, first_id: int, speaker: str, language: str, instruct: str | None = None) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """The talker: text embedding + projection, codec embedding, Qwen3 decoder stack, codebook-0 head.
 
 Contract: module and parameter names mirror the checkpoint (`talker.model.*`, `talker.text_projection.*`,
-`talker.codec_head.*`, `talker.code_predictor.*`, shared/reference/qwen3_tts.md §2.2), so
+`talker.codec_head.*`, `talker.code_predictor.*`; docs/model.md, "Checkpoint compatibility"), so
 `TTSWeights(cfg).load_state_dict(safetensors)` loads a real file. Inference only; the talker's interleaved
 M-RoPE with three identical position rows equals plain rotate-half RoPE (theta from config), which
 `layers.DecoderStack` implements. Caching policy and sampling live with the caller.

@@ -28,7 +28,7 @@ class TextTokenizer:
         for name in TOKENIZER_FILES:
             if not (model_dir / name).is_file():
                 raise CheckpointError(f"{model_dir / name}: required tokenizer file is missing")
-        from transformers import AutoTokenizer
+        from transformers import AutoTokenizer  # heavy (seconds to import): only when a checkpoint loads
 
         # transformers logs advisory warnings about regex/special tokens for local folders; they are noise here
         tf_logger = logging.getLogger("transformers")

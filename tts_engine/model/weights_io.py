@@ -12,6 +12,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 
 from tts_engine.errors import CheckpointError
 
@@ -24,8 +25,6 @@ def read_checked_tensors(
     path: Path, expected: Mapping[str, tuple[int, ...]], device: torch.device | str, dtype: torch.dtype,
     host: Collection[str] = (),
 ) -> dict[str, torch.Tensor]:
-    from safetensors import safe_open
-
     try:
         with safe_open(str(path), framework="pt", device="cpu") as f:
             present = set(f.keys())

@@ -1,9 +1,5 @@
-"""Admission: how many streams may run at once, and how many waiting ones may start before the next step.
-
-Why (issue 15): a new stream's admission (tokenize, prompt embeddings, talker prefill) is GPU work on the same
-stream as the frame steps, so a burst of arrivals admitted all at once delays the next step of every running
-stream; and past a certain row count the step itself no longer keeps up with real time. Both are decided here,
-from measured costs, so that a burst delays only the new calls and running streams never become late.
+"""Admission: how many streams may run at once, and how many waiting ones may start before the next step, from
+measured costs, so that a burst of arrivals delays only the new streams (why: docs/engine.md, "Many streams").
 
 Contract:
 - `resolve_slots(config, model)`: the slot count (static cache rows): the configured one, 16 on a CPU, or on CUDA
@@ -23,11 +19,10 @@ Contract:
   `max_per_step` (the newcomers only wait on each other). Otherwise the least slack decides (deadline first): k
   is the largest number whose cost leaves `guard_ms` of the least slack, at most `max_per_step`. `step_ms` is the
   next step's expected ms, or a function of k giving it: k admitted streams make that step run k more rows, and
-  past a row-bucket boundary every running stream waits for the larger bucket's step (on the H100, 0.6B: 251 rows
-  run the 256 bucket, 44 ms, 251 + 16 rows the 320 bucket, 53 ms). A stream whose next packet is late whatever
-  happens (negative slack with one admission) does not hold newcomers back: waiting would not make it on time;
-  every stream still on time stays on time.
-Pure Python and deterministic for given inputs: the CPU tests drive it with made-up clocks.
+  past a row-bucket boundary every running stream waits for the larger bucket's step. A stream whose next packet is
+  late whatever happens (negative slack with one admission) does not hold newcomers back: waiting would not make
+  it on time; every stream still on time stays on time.
+The policy is plain Python and deterministic for given inputs: the CPU tests drive it with made-up clocks.
 """
 
 from __future__ import annotations
@@ -36,6 +31,10 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import torch
+
+from tts_engine.errors import ConfigError
 
 
 def capacity_from_costs(step_ms: Mapping[int, float], budget_ms: float, slots: int) -> int:
@@ -122,10 +121,6 @@ def resolve_slots(config: Any, model: Any) -> int:
     now (weights loaded): talker KV rows + decoder context + ROW_RESERVE_BYTES per slot, at most AUTO_MAX_SLOTS."""
     if config.max_streams > 0:
         return config.max_streams
-    import torch
-
-    from tts_engine.errors import ConfigError
-
     if model.device.type != "cuda":
         return CPU_SLOTS
     t = model.config.talker

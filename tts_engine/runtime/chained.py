@@ -30,6 +30,7 @@ import numpy as np
 
 from tts_engine.errors import TextTooLongError, TTSInputError
 from tts_engine.model.prompt import instruct_text
+from tts_engine.runtime.codegen import EXPECTED_FRAMES_PER_TEXT_TOKEN
 from tts_engine.runtime.metrics import StreamMetrics
 from tts_engine.runtime.stream import Packet, StreamHandle
 from tts_engine.text.segment import SegmenterOptions, StreamSegmenter, iter_split_to_fit, split_to_fit
@@ -50,16 +51,12 @@ class TextFitter:
         return len(self.tokenizer.encode(text))
 
     def limit(self, instruct: str | None) -> int:
-        from tts_engine.runtime.codegen import EXPECTED_FRAMES_PER_TEXT_TOKEN
-
         extra = self.count(instruct_text(instruct)) if instruct and self.supports_instruct else 0
         return max(1, (self.max_seq_len - PROMPT_OVERHEAD - extra) // (1 + EXPECTED_FRAMES_PER_TEXT_TOKEN) - 2)
 
     def stream_tokens(self, instruct: str | None) -> int:
         """Text tokens one streaming-text-layout stream can speak: its prompt holds no text, every other position
         is for frames (~EXPECTED_FRAMES_PER_TEXT_TOKEN per token)."""
-        from tts_engine.runtime.codegen import EXPECTED_FRAMES_PER_TEXT_TOKEN
-
         extra = self.count(instruct_text(instruct)) if instruct and self.supports_instruct else 0
         return max(1, (self.max_seq_len - PROMPT_OVERHEAD - extra) // EXPECTED_FRAMES_PER_TEXT_TOKEN)
 

@@ -1,21 +1,26 @@
 """The per-frame hot loop: a fixed-shape batched code generator over static slots (gpt-fast style).
 
-Contract (docs/model.md, INTERFACES.md):
+Contract (docs/model.md, "The frame step"):
 - `CodeGenerator(model, max_slots, max_seq_len)` preallocates everything: talker KV cache
   [layers, max_slots, kv_heads, max_seq_len, head_dim], predictor KV cache (16 positions, fresh every frame),
   per-slot positions / frame counters / caps / c0 seen-masks / sampling parameters / last logits and hidden,
   all as device tensors.
-- `prepare()` validates and builds a `Prompt` (host side, eager). `admit(slot, ...)` prefills that slot's KV rows
+- `prepare()` validates and builds a `Prompt` (host side, eager); `prepare_streaming()` the streaming-text layout's
+  prompt (its first text token); `set_stream_rows(slots, rows, caps)` gives streaming-text slots the text row their
+  next step adds and their cap, in one batched write. `admit(slot, ...)` prefills that slot's KV rows
   (`admit_many` prefills several slots' prompts together where a batched prefill hook exists)
   and resets its state; other slots are untouched. `release(slot)` marks it free (state is reset on admit).
 - `step(n_rows)` advances slots [0, n_rows) by one frame using prefix views of the buffers: sample c0 (HF order),
   run the code predictor (15 passes), feed the summed embedding back through the talker at each row's own
   position. No host syncs, no data-dependent Python control flow: the same function can be captured in a CUDA
   graph per n_rows. Returns (codes [n_rows, 16], done [n_rows]) on the device; done = EOS sampled (that frame's
-  codes are garbage) or the frame cap reached (that frame is valid). Rows never admitted give ignored output.
+  codes are garbage) or the frame cap reached (that frame is valid). Only live rows advance (`set_live`; all rows
+  unless set): the others' state stays as it was and their output is garbage, so a step over a row bucket leaves
+  free slots and streams waiting for their text untouched.
 - Runaway cap: max_frames = min(HARD_CEILING_FRAMES, generation max_new_tokens - 1, max_seq_len - prompt_len,
-  FRAMES_BASE + FRAMES_PER_TEXT_TOKEN * n_text_tokens); an explicit `max_frames` in prepare() replaces the
-  text-length term (still bounded by the ceiling and the cache room).
+  the text's frame budget (text/speech_length.py, times `cap_scale`)); an explicit `max_frames` in prepare()
+  replaces the budget (still bounded by the ceiling and the cache room). A streaming-text slot's cap follows its
+  text as it grows (`set_stream_rows`).
 - Room: `max_seq_len` positions per slot hold the prompt and every frame. Without an explicit `max_frames`,
   prepare() refuses (TTSInputError, field "text") a text whose prompt plus EXPECTED_FRAMES_PER_TEXT_TOKEN frames
   per text token would not fit, instead of cutting its speech off at the end of the cache.
@@ -29,6 +34,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from tts_engine.errors import TTSInputError
@@ -38,12 +44,10 @@ from tts_engine.model.loader import LoadedModel
 from tts_engine.model.predictor import PREDICTOR_POSITIONS
 from tts_engine.model.prompt import PromptEmbedder, validate_request
 from tts_engine.model.sampling import choose, process_talker_logits, token_hashes
+from tts_engine.text.speech_length import FLOOR_FRAMES, frame_budget
 
 #: absolute ceiling on frames per utterance (163.84 s), whatever the text length
 HARD_CEILING_FRAMES = 2048
-#: runaway cap = FRAMES_BASE + FRAMES_PER_TEXT_TOKEN * text tokens (normal speech is ~3-4 frames per token)
-FRAMES_BASE = 50
-FRAMES_PER_TEXT_TOKEN = 8
 #: frames per text token assumed when checking room (an estimate, not measured: ~0.25-0.3 s per token)
 EXPECTED_FRAMES_PER_TEXT_TOKEN = 4
 MIN_NEW_TOKENS = 2  # HF min_new_tokens of the official generate(): EOS masked for the first 2 frames
@@ -98,16 +102,15 @@ class Prompt:
     max_frames: int
 
 
-def runaway_cap(n_text_tokens: int) -> int:
-    return min(HARD_CEILING_FRAMES, FRAMES_BASE + FRAMES_PER_TEXT_TOKEN * n_text_tokens)
-
-
 class CodeGenerator:
     """Fixed-shape batched frame stepper over `max_slots` static slots."""
 
-    def __init__(self, model: LoadedModel, max_slots: int, max_seq_len: int = 2048) -> None:
+    def __init__(self, model: LoadedModel, max_slots: int, max_seq_len: int = 2048, cap_scale: float = 1.0) -> None:
         if max_slots < 1:
             raise ValueError(f"max_slots={max_slots} is not allowed; it must be >= 1")
+        if not cap_scale > 0:
+            raise ValueError(f"cap_scale={cap_scale} is not allowed; it must be > 0")
+        self.cap_scale = cap_scale
         cfg: ModelConfig = model.config
         self.model = model
         self.cfg = cfg
@@ -159,6 +162,8 @@ class CodeGenerator:
         self.sub_top_p = torch.ones(s, device=dev)
         self.seed = zeros(s, dtype=torch.long)
         self.active = [False] * s  # host-side bookkeeping only
+        # the rows a step advances; the rest of a row bucket is computed and left unchanged
+        self.live = torch.ones(s, dtype=torch.bool, device=dev)
         # host-side: does any admitted slot sample? If none, step() takes plain argmax (identical result for greedy
         # rows, far fewer kernels). A CUDA-graph wrapper keys its graphs on (n_rows, self.sampling).
         self.sampling_slots: set[int] = set()
@@ -187,35 +192,42 @@ class CodeGenerator:
                     f"{embeds.shape[0]} + ~{EXPECTED_FRAMES_PER_TEXT_TOKEN} frames per token) and one stream holds "
                     f"{self.max_seq_len}; split the text, or raise TTS_DEEP_STREAM_MAX_POSITIONS", field="text"
                 )
-            cap = min(runaway_cap(n_text), self.cfg.generation.max_new_tokens - 1, room)
+            cap = self.cap(frame_budget(text, self.cap_scale), embeds.shape[0])
         elif max_frames < 1:
             raise ValueError(f"max_frames={max_frames} is not allowed; it must be >= 1")
-        else:  # an explicit cap replaces the text-length cap, still bounded by the ceiling and the cache room
+        else:  # an explicit cap replaces the text budget, still bounded by the ceiling and the cache room
             cap = min(max_frames, HARD_CEILING_FRAMES, room)
         return Prompt(embeds=embeds, n_text_tokens=n_text, max_frames=cap)
 
     def prepare_streaming(self, first_id: int, speaker: str, language: str = "auto", instruct: str | None = None,
                           max_frames: int | None = None) -> Prompt:
-        """The streaming-text layout's prompt (its first text token only). Its frame cap starts at the runaway cap of
-        one token (or `max_frames`); `set_cap` raises it as text tokens arrive."""
+        """The streaming-text layout's prompt (its first text token only). Its frame cap starts at the floor of the
+        text budget (or `max_frames`); `set_stream_rows` raises it as the text grows."""
         _, speaker, language = validate_request(self.cfg, "x", speaker, language)
         embeds = self.prompts.streaming(first_id, speaker, language, instruct)
-        room = self.max_seq_len - embeds.shape[0]
-        cap = min(runaway_cap(1) if max_frames is None else max_frames, HARD_CEILING_FRAMES, room,
-                  self.cfg.generation.max_new_tokens - 1)
+        cap = self.cap(FLOOR_FRAMES if max_frames is None else max_frames, embeds.shape[0])
         return Prompt(embeds=embeds, n_text_tokens=1, max_frames=cap)
 
-    def set_text(self, slot: int, row: torch.Tensor) -> None:
-        """The text embedding [H] the slot's next step adds to its feedback (streaming-text layout)."""
-        self.text_feed[slot].copy_(row)
+    def cap(self, frames: int, prompt_len: int) -> int:
+        """A frame cap of at most `frames`, bounded by the ceiling, the generation config and the cache room left
+        after a prompt of `prompt_len` positions."""
+        return max(1, min(frames, HARD_CEILING_FRAMES, self.cfg.generation.max_new_tokens - 1,
+                          self.max_seq_len - prompt_len))
 
-    def set_cap(self, slot: int, n_text_tokens: int, prompt_len: int) -> int:
-        """Set a streaming-text slot's frame cap for the text tokens known so far (the runaway cap grows with the
-        text; bounded by the ceiling and the cache room after its prompt of `prompt_len`). Returns the cap."""
-        cap = max(1, min(runaway_cap(n_text_tokens), self.cfg.generation.max_new_tokens - 1,
-                         self.max_seq_len - prompt_len))
-        self.max_frames[slot] = cap
-        return cap
+    def set_stream_rows(self, slots: list[int], rows: torch.Tensor, caps: list[int]) -> None:
+        """Streaming-text slots' next text rows (rows [len(slots), H]: what each slot's next step adds to its
+        feedback) and frame caps, in one write each (no host sync)."""
+        dev = self.positions.device
+        index = torch.tensor(slots, dtype=torch.long).to(dev, non_blocking=True)
+        self.text_feed.index_copy_(0, index, rows.to(self.text_feed.dtype))
+        self.max_frames.index_copy_(0, index, torch.tensor(caps, dtype=torch.long).to(dev, non_blocking=True))
+
+    def set_live(self, rows: np.ndarray) -> None:
+        """The next steps advance the rows where `rows` (bool, one per row from 0) is true, and no row past it (one
+        non-blocking copy)."""
+        mask = np.zeros(self.max_slots, dtype=np.bool_)
+        mask[: len(rows)] = rows
+        self.live.copy_(torch.from_numpy(mask), non_blocking=True)
 
     def _check_slot(self, slot: int) -> None:
         if not 0 <= slot < self.max_slots:
@@ -344,7 +356,8 @@ class CodeGenerator:
                         0, self.hash_talker)
         else:
             c0 = logits.argmax(dim=-1)
-        self.seen[:n].scatter_(1, c0[:, None], True)
+        live = self.live[:n]
+        self.seen[:n].scatter_(1, c0[:, None], live[:, None] | self.seen[:n].gather(1, c0[:, None]))
 
         sub = (self.sub_do_sample[:n], self.sub_temperature[:n], self.sub_top_k[:n], self.sub_top_p[:n])
 
@@ -375,14 +388,17 @@ class CodeGenerator:
         cos = self.cos_f32[pos].to(dt)[:, None, None]
         sin = self.sin_f32[pos].to(dt)[:, None, None]
         mask = (self.key_index[None, :] <= pos[:, None])[:, None, None]
+        # a row that does not advance writes garbage keys/values at its next position, which its next real step
+        # overwrites before any attention reads it; everything else of it is left as it was
         h = self.talker.model.step(x, cos, sin, self.k_cache[:, :n], self.v_cache[:, :n], pos, mask)[:, 0]
-        self.logits[:n] = self.talker.codec_head(h).float()
-        self.past_hidden[:n] = h
+        live = self.live[:n]
+        torch.where(live[:, None], self.talker.codec_head(h).float(), self.logits[:n], out=self.logits[:n])
+        torch.where(live[:, None], h, self.past_hidden[:n], out=self.past_hidden[:n])
 
         done = (c0 == self.cfg.codec_eos_id) | (frame + 1 >= self.max_frames[:n])
-        self.frame[:n] += 1
-        # idle rows keep stepping; clamp so their cache writes stay in bounds (their output is ignored)
-        self.positions[:n] = (pos + 1).clamp(max=self.max_seq_len - 1)
+        self.frame[:n] += live.long()
+        # clamp so a free row's cache writes stay in bounds (its output is ignored)
+        torch.where(live, (pos + 1).clamp(max=self.max_seq_len - 1), pos, out=self.positions[:n])
         return codes, done
 
 

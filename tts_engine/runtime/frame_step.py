@@ -5,9 +5,10 @@ Contract:
   (runtime/step_graphs.StepGraphs, with this object's decoder-state views) and owns the decoder state: one row
   per slot (`state`), reset per row on admission (`state.reset_`), moved with its stream on compaction
   (`state.move_`), zeroed everywhere by `reset_state()` (in place: captured graphs hold these tensors).
-- `run(n_rows)`: one step for rows [0, n_rows) through the smallest graph bucket >= n_rows (rows past n_rows are
-  free slots; their output is ignored): codes, done flags, int16 PCM and non-finite counts of all rows come to
-  the host in one copy, the step's only host sync. Returns a `StepOutput` sliced to n_rows.
+- `run(n_rows, live)`: one step for rows [0, n_rows) through the smallest graph bucket >= n_rows; only the rows
+  where `live` is true advance (all of the n_rows by default), the others and the rest of the bucket are computed
+  but left unchanged (`CodeGenerator.set_live`): codes, done flags, int16 PCM and non-finite counts of all rows
+  come to the host in one copy, the step's only host sync. Returns a `StepOutput` sliced to n_rows.
 - `measure(repeats)`: bucket -> median ms of `run(bucket)` as the host sees it (copy included): what the
   scheduler's admission decisions and the engine's capacity are based on. Mutates rows' state (reset after).
 """
@@ -52,7 +53,8 @@ class FrameStepper:
         self.decoder = decoder
         self.graphs = graphs
         self.max_slots = max_slots
-        self.state = decoder.new_state(max_slots)
+        self.state = decoder.new_state(codegen.max_slots)  # one row per code-generator row
+        self.state.live = codegen.live  # one mask for both: a step advances the live rows only
         self._views: dict[int, Any] = {}
         self._timer = StepTimer(device, enabled=timing)
         graphs.capture(self.state_rows, self.reset_state)
@@ -67,6 +69,7 @@ class FrameStepper:
                 kv_k=full.kv_k[:, :n_rows],
                 kv_v=full.kv_v[:, :n_rows],
                 positions=full.positions[:n_rows],
+                live=full.live[:n_rows],
             )
             self._views[n_rows] = view
         return view
@@ -74,10 +77,11 @@ class FrameStepper:
     def reset_state(self) -> None:
         self.state.reset_(slice(None))
 
-    def run(self, n_rows: int) -> StepOutput:
+    def run(self, n_rows: int, live: np.ndarray | None = None) -> StepOutput:
         """One batched frame step for rows [0, n_rows): codegen, decode, one host copy."""
         timer = self._timer
-        rows = self.graphs.rows_for(n_rows)  # the graph bucket; rows past n_rows are free slots, ignored
+        rows = self.graphs.rows_for(n_rows)  # the graph bucket; rows past n_rows are computed and left unchanged
+        self.codegen.set_live(np.ones(n_rows, dtype=np.bool_) if live is None else live)
         timer.mark(0)
         codes, done, pcm = self.graphs.frame_step(rows, self.state_rows(rows), timer.mark)  # marks 1 in between
         timer.mark(2)

@@ -1,56 +1,38 @@
-"""Kernel fusion for the CUDA path: torch.compile (Inductor, without its own CUDA graphs) on the
-pointwise-heavy pieces of the model, so each captured frame step launches far fewer kernels.
-
-Why: a batch-1 frame step is launch-bound, not bandwidth-bound. Unfused, one talker layer is ~55 kernels
-(fp32 RMSNorms, per-head q/k norms, rotate-half RoPE, SwiGLU, residuals); a CUDA graph removes the CPU
-launch cost but each tiny kernel still costs a few microseconds on the GPU. Compiling the layer pieces
-fuses those pointwise chains into a few kernels around the matrix products.
+"""Kernel fusion for the CUDA path: torch.compile (Inductor, without its own CUDA graphs) on the pointwise-heavy
+pieces of the model, so each captured frame step launches far fewer kernels (why and what it measured:
+docs/engine.md, "CUDA fusion").
 
 Contract:
 - `fuse_model(model)` replaces, on the given model instances only, the bound methods `RMSNorm.forward`
-  (talker/predictor), `Attention._qkv` (projections + q/k norms + RoPE), `DecoderLayer.finish` (residual +
-  norm + SwiGLU MLP + residual), with `torch.compile(dynamic=True)`
-  versions; the CPU path and the model classes are untouched. Compilation happens lazily on first use
-  (graph capture warm-up at load).
-- Two of them are restated here with one matrix product instead of several (`_qkv_one_matmul`: q, k and v
-  projections as one product; `_mlp_one_matmul`: gate and up as one): the per-layer weights are concatenated
-  once and the original parameters become views into the concatenation (no extra memory). The rest of their
-  math (per-head q/k RMSNorm, rotate-half RoPE, SiLU gate) is the model's own functions, called as they are.
-- Graph and eager engines in one process both use the fused model, so graphs on/off stay bit-identical.
-  Fused results differ from the unfused model by bf16 rounding only (Inductor keeps fp32 inside a fused
-  chain), like any kernel change.
-- Attention (parts `predictor_attention`, `talker_attention`): SDPA launches one ~16 us flash kernel per call
-  even for the predictor's 16 keys, ~1.6 ms of a 0.6B frame (H100 profile, docs/benchmarks.md). Instead the
-  code predictor runs `DecoderStack.fixed` (positions and key masks as device tensors, one shape for all
-  passes) and the talker's single-row step uses `attend_by_reduction`; the whole `Attention.fixed` /
-  one-row `Attention.step` (projections, norms, RoPE, cache write, attention, output projection) is compiled, so
-  the attention becomes a couple of fused reduction kernels. fp32 attention math, like SDPA's accumulators.
-  A talker step over many rows writes its cache outside the compiled code and attends with SDPA (or reductions,
-  `TTS_TALKER_BATCHED_ATTENTION=reduce`): compiled whole, the cache write copied the whole cache (issue 15
-  profile, tts_engine/bench/results/).
-- Returns a status string for the engine stats; on any compile setup failure the model is left unfused. A
-  second call on the same model changes nothing and returns the first status (engines sharing one model).
-- `apply_fusion(model, parts, compile_fn)` does the work on any device with any compiler (tests run it on the
-  CPU with a recording backend); `fuse_model` is the engine's entry: CUDA only, parts from the environment.
-- torch.compile keeps several cache entries per compiled method (shape families, 0/1 and duck-size
-  specialisations) and a later, broader entry can take over inputs an earlier one served. A CUDA graph keeps the
-  kernels of the entry that served its capture, so every shape must be compiled before any capture:
-  `runtime/step_graphs.compile_step_shapes` runs each step shape once first (tests/model/test_compile_entries.py).
-  A compile after load stalls every stream for seconds: the engine stats count them (`compiles_since_load`).
-- Codec (part `codec_snake`): the decoder's SnakeBeta activations (x + sin(x*a)^2 / b, fp32) become one fused
-  kernel each instead of five: at 256 rows they were the largest share of the decoder's time (unfused
-  elementwise passes over [rows, channels, samples] fp32 tensors; issue 15 profile). The decoder's
-  convolutions and transformer run as written, fp32.
-- `TTS_CUDA_FUSION` in the environment: `1` (default: every part), `0` (off: diagnosis / A-B measurement),
-  or a comma list of parts out of `layers`, `predictor_attention`, `talker_attention`, `codec_snake`.
+  (talker/predictor), `Attention._qkv` (projections + q/k norms + RoPE), `DecoderLayer.finish` (residual + norm +
+  SwiGLU MLP + residual) with `torch.compile(dynamic=True)` versions; the CPU path and the model classes are
+  untouched. `_qkv_one_matmul` / `_mlp_one_matmul` restate q/k/v and gate/up as one product each over weights
+  concatenated once (the original parameters become views into them: no extra memory).
+- Parts (`TTS_CUDA_FUSION`: `1` every part, `0` off, or a comma list): `layers`; `predictor_attention` and
+  `talker_attention` (the code predictor's `DecoderStack.fixed` and the talker's one-row `Attention.step` compiled
+  whole, attention as `attend_by_reduction`; a many-row talker step writes its cache outside the compiled code and
+  attends with SDPA or `TTS_TALKER_BATCHED_ATTENTION=reduce`); `codec_snake` (SnakeBeta as one fused kernel).
+- Fused results differ from the unfused model by bf16 rounding only; graph and eager engines of one process both use
+  the fused model, so graphs on/off stay bit-identical. Every step shape must be compiled before any capture
+  (`runtime/step_graphs.compile_step_shapes`); compiles after load are counted (`compiles_since_load`).
+- Returns a status string for the engine stats; on a compile setup failure the model is left unfused. A second call
+  on the same model changes nothing and returns the first status. `apply_fusion(model, parts, compile_fn)` does the
+  work on any device with any compiler (the CPU tests use a recording backend).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import types
 from collections.abc import Callable
 from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from tts_engine.model.codec_layers import SnakeBeta, snake
+from tts_engine.model.layers import MLP, Attention, DecoderLayer, RMSNorm, apply_rope
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +42,7 @@ PARTS = ("layers", "predictor_attention", "talker_attention", "codec_snake")
 
 def compiled_graph_count() -> int:
     """Graphs torch.compile has compiled in this process so far (every model; 0 where Dynamo is absent)."""
-    try:
+    try:  # optional: torch's compiler (Dynamo) may be absent from a build
         from torch._dynamo.utils import counters
     except Exception:  # noqa: BLE001 - no compiler, nothing compiled
         return 0
@@ -96,8 +78,6 @@ def talker_batched_attention(value: str | None = None) -> str:
 
 def _concat_rows(linears: list[Any]) -> Any:
     """One weight [sum(out), in] for several bias-free Linears; each Linear's weight becomes a view into it."""
-    import torch
-
     weight = torch.cat([lin.weight.detach() for lin in linears], dim=0)
     start = 0
     for lin in linears:
@@ -109,10 +89,6 @@ def _concat_rows(linears: list[Any]) -> Any:
 
 def _qkv_one_matmul(self: Any, x: Any, cos: Any, sin: Any) -> tuple[Any, ...]:
     """Attention._qkv with the three projections as one product (same norms and RoPE, model/layers.py)."""
-    import torch.nn.functional as F
-
-    from tts_engine.model.layers import apply_rope
-
     b, t, _ = x.shape
     width_q, width_kv = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
     q, k, v = F.linear(x, self._w_qkv).split((width_q, width_kv, width_kv), dim=-1)
@@ -124,8 +100,6 @@ def _qkv_one_matmul(self: Any, x: Any, cos: Any, sin: Any) -> tuple[Any, ...]:
 
 def _mlp_one_matmul(self: Any, x: Any) -> Any:
     """MLP.forward with gate and up as one product: down(silu(gate(x)) * up(x))."""
-    import torch.nn.functional as F
-
     gate, up = F.linear(x, self._w_gate_up).chunk(2, dim=-1)
     return self.down_proj(F.silu(gate) * up)
 
@@ -145,13 +119,8 @@ def fuse_model(model: Any) -> str:
 
 def apply_fusion(model: Any, parts: tuple[str, ...] = PARTS, compile_fn: Callable[..., Any] | None = None) -> str:
     """Fuse `parts` of `model` on any device; `compile_fn(fn, dynamic=True)` defaults to torch.compile."""
-    try:
-        import types
-
-        import torch
+    try:  # optional: torch's compiler (Dynamo) may be absent from a build
         import torch._dynamo
-
-        from tts_engine.model.layers import MLP, Attention, DecoderLayer, RMSNorm
     except Exception as exc:  # noqa: BLE001 - no compiler here: run unfused
         return f"off: {type(exc).__name__}: {exc}"
     compile_fn = compile_fn or torch.compile
@@ -198,8 +167,6 @@ def apply_fusion(model: Any, parts: tuple[str, ...] = PARTS, compile_fn: Callabl
             count += 2
     codec = getattr(model, "codec", None)
     if "codec_snake" in parts and codec is not None:
-        from tts_engine.model.codec_layers import SnakeBeta, snake
-
         fused_snake = compile_fn(snake, dynamic=True)  # one compiled function for every SnakeBeta of the codec
         for module in codec.modules():
             if isinstance(module, SnakeBeta):

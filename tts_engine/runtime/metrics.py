@@ -1,4 +1,4 @@
-"""Per-stream metrics, engine-wide counters and the frame-step timer (names per DESIGN.md §4).
+"""Per-stream metrics, engine-wide counters and the frame-step timer (docs/engine.md, "Load reporting and stats").
 
 - `StreamMetrics`: one per stream. TTFA = stream requested -> first packet's PCM on the host;
   RTF = wall time of the whole stream / audio duration. codegen_wall_ms / decode_wall_ms are the
@@ -7,6 +7,9 @@
   stream's wall time (queueing, admission/prefill, host copies, packetizing, hand-off).
 - `EngineCounters`: monotonically increasing totals, safe to read from any thread, plus TTFA / RTF
   percentiles (P50/P95) over the last 256 completed streams.
+- `WorkerPhases`: where the worker thread's time goes, summed per phase (`worker_<phase>_ms_total` in stats):
+  `text_rows` (streaming-text rows: which rows step, their text rows and caps), `admit` (prompts and prefills),
+  `step` (the frame step, its host copy and the hand-out of packets), `moves` (slot moves, inside the others).
 - `StepTimer`: on CUDA it times with events (no extra host syncs: the worker syncs once per step
   anyway to hand PCM out); on CPU with perf_counter.
 """
@@ -21,9 +24,9 @@ from typing import Any
 
 import torch
 
+from tts_engine.audio_format import SAMPLE_RATE
 from tts_engine.percentiles import percentile
 
-SAMPLE_RATE = 24_000
 RECENT_STREAMS = 256  # completed streams kept for the TTFA / RTF percentiles in stats()
 
 
@@ -117,8 +120,8 @@ class EngineCounters:
         "step_rows",
         "worker_errors",
         "admissions_deferred",  # steps before which waiting streams stayed waiting (running streams had no slack)
-        "slot_moves",  # compaction moves (a finished stream's slot taken by the highest running one)
-        "text_waits",  # streaming-text streams parked because their next text token had not arrived
+        "slot_moves",  # compaction moves (a finished stream's row taken by the highest running one)
+        "text_waits",  # a streaming-text stream had to wait (its row held) because its next token had not arrived
     )
 
     def __init__(self) -> None:
@@ -128,6 +131,7 @@ class EngineCounters:
         self.decode_wall_ms_total = 0.0
         self._recent_ttfa: deque[float] = deque(maxlen=RECENT_STREAMS)
         self._recent_rtf: deque[float] = deque(maxlen=RECENT_STREAMS)
+        self.phases = WorkerPhases()
 
     def add(self, name: str, amount: int = 1) -> None:
         with self._lock:
@@ -151,8 +155,9 @@ class EngineCounters:
                 self._recent_rtf.append(metrics.rtf)
 
     def snapshot(self) -> dict[str, float]:
+        out: dict[str, float] = self.phases.snapshot()
         with self._lock:
-            out: dict[str, float] = dict(self._values)
+            out.update(self._values)
             out["codegen_wall_ms_total"] = round(self.codegen_wall_ms_total, 3)
             out["decode_wall_ms_total"] = round(self.decode_wall_ms_total, 3)
             ttfa, rtf = sorted(self._recent_ttfa), sorted(self._recent_rtf)
@@ -166,6 +171,31 @@ class EngineCounters:
 
 def _percentile(values: list[float], q: float, digits: int) -> float | None:
     return round(percentile(values, q), digits) if values else None
+
+
+class WorkerPhases:
+    """Milliseconds of the worker thread per phase (written by the worker only; read from any thread)."""
+
+    PHASES = ("text_rows", "admit", "step", "moves")
+
+    def __init__(self) -> None:
+        self._ms = dict.fromkeys(self.PHASES, 0.0)
+        self._t = time.perf_counter()
+
+    def start(self) -> None:
+        self._t = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        """Add the time since the last `start` / `lap` to `phase`."""
+        now = time.perf_counter()
+        self._ms[phase] += (now - self._t) * 1000.0
+        self._t = now
+
+    def add(self, phase: str, ms: float) -> None:
+        self._ms[phase] += ms
+
+    def snapshot(self) -> dict[str, float]:
+        return {f"worker_{name}_ms_total": round(ms, 3) for name, ms in list(self._ms.items())}
 
 
 class StepTimer:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-SAMPLES_PER_FRAME = 1920
+from tts_engine.audio_format import SAMPLES_PER_FRAME
 
 
 class Packetizer:

@@ -1,17 +1,20 @@
 """The GPU worker: one thread that owns all model work and runs a frame step for all active streams.
 
 Contract:
-- Streams are admitted into static slots, lowest free slot first, and when a stream ends the highest running
-  stream moves into its slot (`CodeGenerator.move`, `CodecState.move_`), so the running rows are always
-  exactly 0..n-1; each iteration calls `CodeGenerator.step(n)` once (the one call site of the talker/predictor
-  step) and decodes the new frame of every row with `CodecDecoder.step` at a fixed one-frame granularity (the
-  one call site of the decoder step). A step for n rows runs the smallest row bucket >= n
-  (runtime/step_graphs.StepGraphs, graphed per bucket); rows past n are computed and ignored.
-- Between two steps the worker drops streams whose consumer cancelled (a flag set by the consumer), so a
-  cancelled stream's GPU work stops within one frame step, and admits waiting streams: at most `capacity`
-  run at once (measured at load: `measure_costs`), and how many start before the next step is the
-  deadline-first decision of runtime/admission.AdmissionPolicy (least slack among running streams), so a burst
-  of arrivals delays only the new streams. Waiting streams start in arrival order.
+- Which stream sits in which row is the slot table's (runtime/slots.py): running streams are always rows 0..n-1
+  (new ones are admitted at n.., and when one ends the highest running stream moves into its row). Each iteration
+  calls `CodeGenerator.step(n)` once (the one call site of the talker/predictor step) and decodes the new frame of
+  every row with `CodecDecoder.step` at a fixed one-frame granularity (the one call site of the decoder step),
+  both through runtime/frame_step.FrameStepper. A step for n rows runs the smallest row bucket >= n
+  (runtime/step_graphs.StepGraphs, graphed per bucket).
+- Only live rows advance in a step (`FrameStepper.run(n, live)`): a streaming-text stream whose next text token has
+  not arrived keeps its row, and the step leaves that row unchanged, as it leaves the bucket's free rows
+  (runtime/text_rows.py gives the others their text rows). With no live row there is no step.
+- Between two steps the worker drops streams whose consumer cancelled (a flag set by the consumer), so a cancelled
+  stream's GPU work stops within one frame step, and admits waiting streams: at most `capacity` run at once
+  (measured at load: `measure_costs`), and how many start before the next step is the deadline-first decision of
+  runtime/admission.AdmissionPolicy (least slack among running streams), so a burst of arrivals delays only the
+  new streams. Waiting streams start in arrival order.
 - There is one host sync per step: codes, done flags and int16 PCM of all rows are copied out together.
   Packets go to each consumer's event loop without ever blocking (see runtime/stream.py).
 - An exception inside a step fails the streams that were in it with a clear error, resets the decoder
@@ -28,18 +31,21 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from tts_engine.audio_format import SAMPLES_PER_FRAME, samples_to_seconds
 from tts_engine.errors import EmptyTextError, TTSInputError
-from tts_engine.runtime.admission import AdmissionPolicy, Playout, capacity_from_costs
+from tts_engine.model.codec import CodecDecoder
+from tts_engine.runtime.admission import AdmissionPolicy, capacity_from_costs
+from tts_engine.runtime.codegen import CodeGenerator
 from tts_engine.runtime.costs import StepCosts
 from tts_engine.runtime.frame_step import FrameStepper, StepOutput
 from tts_engine.runtime.metrics import EngineCounters
-from tts_engine.runtime.packetizer import SAMPLES_PER_FRAME, Packetizer
+from tts_engine.runtime.packetizer import Packetizer
+from tts_engine.runtime.slots import SlotState, SlotTable
 from tts_engine.runtime.step_graphs import StepGraphs
 from tts_engine.runtime.stream import EngineClosedError, Packet, StreamChannel, StreamOverflowError
 from tts_engine.runtime.text_rows import TextRows
@@ -49,20 +55,6 @@ log = logging.getLogger(__name__)
 
 class EngineStepError(RuntimeError):
     """A frame step failed inside the engine (not the caller's fault); the engine keeps serving."""
-
-
-@dataclass
-class _Slot:
-    channel: StreamChannel
-    packetizer: Packetizer
-    max_frames: int
-    frames: int = 0
-    t_first: float | None = None  # the first packet's t_ready (its listener's playout starts then)
-    emitted_samples: int = 0
-
-    def playout(self) -> Playout:
-        return Playout(self.t_first, self.emitted_samples / 24_000,
-                       max(1, self.packetizer.next_packet_frames - self.packetizer.pending_frames))
 
 
 class _Call:
@@ -76,10 +68,12 @@ _WAKE = object()  # text arrived for a streaming-text stream (runtime/text_rows.
 
 
 class Scheduler:
+    """The worker thread over `max_slots` static slots (the code generator's rows)."""
+
     def __init__(
         self,
-        codegen: Any,  # runtime.codegen.CodeGenerator
-        decoder: Any,  # model.codec.CodecDecoder
+        codegen: CodeGenerator,
+        decoder: CodecDecoder,
         *,
         max_slots: int,
         device: torch.device,
@@ -103,14 +97,17 @@ class Scheduler:
         self.stepper = FrameStepper(codegen, decoder, graphs, max_slots=max_slots, device=device, timing=timing)
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._pending: deque[StreamChannel] = deque()
-        self._slots: dict[int, _Slot] = {}
+        self.slots = SlotTable(max_slots, self._move_rows)
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="tts-engine-worker", daemon=True)
         self.fatal_error: BaseException | None = None
         self.policy = policy or AdmissionPolicy()
         self.capacity = max_slots  # streams running at once; measure_costs() sets the measured figure
         self.costs = StepCosts(self.stepper.graphs.rows_for)
-        self.text_rows = TextRows(self)  # streaming-text streams: text row per step, parking while text runs dry
+        #: optional observer (benchmarks): called on the worker thread with (waiting, admitted) whenever streams wait
+        self.on_admission: Callable[[int, int], None] | None = None
+        # streaming-text streams: their text row per step; a row whose text has not come does not advance
+        self.text_rows = TextRows(self.slots, codegen, counters)
 
     # ---- public, any thread -------------------------------------------------------------------
     def start(self) -> int | None:
@@ -127,7 +124,7 @@ class Scheduler:
         return item.future
 
     def wake(self) -> None:
-        """Text arrived for a streaming-text stream: let a sleeping worker look at its parked streams."""
+        """Text arrived for a streaming-text stream (or one was cancelled): wake a worker that sleeps."""
         self._inbox.put(_WAKE)
 
     def close(self, timeout: float = 10.0) -> None:
@@ -140,8 +137,14 @@ class Scheduler:
         return self._thread.is_alive()
 
     @property
-    def active_count(self) -> int:
-        return len(self._slots)
+    def running_count(self) -> int:
+        """Streams in the stepped rows."""
+        return len(self.slots.running)
+
+    @property
+    def waiting_count(self) -> int:
+        """Streaming-text streams that waited for their text at the last step."""
+        return self.text_rows.waiting
 
     @property
     def pending_count(self) -> int:
@@ -157,32 +160,43 @@ class Scheduler:
 
     # ---- worker thread --------------------------------------------------------------------------
     def _run(self) -> None:
+        phases = self.counters.phases
         try:
             with torch.no_grad():  # no_grad, not inference_mode: CUDA-graph capture needs plain tensors
                 while not self._stopping:
-                    self._drain_inbox(block=not self._slots and not self._pending and not self.text_rows.any_ready())
+                    self._drain_inbox(self._idle_wait())
                     if self._stopping:
                         break
+                    phases.start()
                     self._drop_cancelled()
-                    self.text_rows.drop_cancelled()
-                    self.text_rows.unpark_ready()
                     self._admit_pending()
-                    self.text_rows.step_ready()
-                    if self._slots:
-                        self._advance()
+                    phases.lap("admit")
+                    live = self.text_rows.prepare_step()  # the rows this step advances
+                    phases.lap("text_rows")
+                    if live is not None:
+                        self._advance(live)
+                        phases.lap("step")
         except BaseException as exc:  # noqa: BLE001 - a dead worker must never leave consumers hanging
             self.fatal_error = exc
             log.exception("engine worker died")
         finally:
             self._shutdown()
 
-    def _drain_inbox(self, block: bool) -> None:
+    def _idle_wait(self) -> float | None:
+        """How long the worker may wait for its inbox: 0 with work to do, None (until something arrives) when no row
+        can step (every running stream waits for its text) and nothing waits for admission."""
+        return 0.0 if self.text_rows.poll() or self._pending else None
+
+    def _rows_free(self) -> int:
+        return min(self.capacity, self.max_slots) - len(self.slots.running)
+
+    def _drain_inbox(self, wait: float | None) -> None:
         while True:
             try:
-                item = self._inbox.get() if block else self._inbox.get_nowait()
+                item = self._inbox.get_nowait() if wait == 0.0 else self._inbox.get(timeout=wait)
             except queue.Empty:
                 return
-            block = False
+            wait = 0.0
             if item is _STOP:
                 self._stopping = True
                 return
@@ -198,25 +212,33 @@ class Scheduler:
                 self._pending.append(item)
 
     def _drop_cancelled(self) -> None:
-        for slot, state in list(self._slots.items()):
+        for slot, state in list(self.slots.running.items()):
             if state.channel.cancel_requested:
                 self._end(slot, "cancelled", None)
 
     def _admit_pending(self) -> None:
         while self._pending and self._pending[0].cancel_requested:
             self._finish_unadmitted(self._pending.popleft(), "cancelled", None)
-        room = min(min(self.capacity, self.max_slots) - len(self._slots), self.text_rows.slot_room())
-        if not self._pending or room <= 0:
+        if not self._pending:
             return
+        waiting = len(self._pending)
+        admitted = self._admit_allowed(min(self._rows_free(), self.slots.room()))
+        if self.on_admission is not None:
+            self.on_admission(waiting, admitted)
+
+    def _admit_allowed(self, room: int) -> int:
+        """Admit as many waiting streams as the room and the admission policy allow; returns how many."""
+        if room <= 0:
+            return 0
         fixed, each = self.costs.admit_ms()
-        running = len(self._slots)
+        running = len(self.slots.running)
         # k admissions make the next step run running + k rows, maybe in a larger (slower) bucket
-        allowed = self.policy.allowed(time.perf_counter(), (s.playout() for s in self._slots.values()),
+        allowed = self.policy.allowed(time.perf_counter(), (s.playout() for s in self.slots.running.values()),
                                       lambda k: self.costs.step_ms(running + k), fixed, each,
                                       min(room, len(self._pending)))
         if allowed == 0:
             self.counters.add("admissions_deferred")
-            return
+            return 0
         batch: list[StreamChannel] = []
         while self._pending and len(batch) < allowed:
             channel = self._pending.popleft()
@@ -227,6 +249,7 @@ class Scheduler:
         t0 = time.perf_counter()
         admitted = self._admit(batch)
         self.costs.observe_admissions(admitted, (time.perf_counter() - t0) * 1000.0)
+        return admitted
 
     def _admit(self, channels: list[StreamChannel]) -> int:
         """Prepare each stream (host), then prefill them together into the lowest free slots; a stream whose input
@@ -255,7 +278,7 @@ class Scheduler:
             prepared.append((channel, prompt))
         if not prepared:
             return 0
-        free = self.text_rows.claim(len(prepared))  # n..n+k-1 (parked streams moved out of the way)
+        free = self.slots.claim(len(prepared))  # n..n+k-1
         try:
             self.codegen.admit_many(free, [p for _, p in prepared], [c.request.params for c, _ in prepared])
             for slot in free:
@@ -270,47 +293,43 @@ class Scheduler:
         for slot, (channel, prompt) in zip(free, prepared, strict=True):
             req, metrics = channel.request, channel.request.metrics
             metrics.t_admitted = now
-            metrics.slot = slot
             metrics.max_frames = int(prompt.max_frames)
             metrics.status = "running"
-            self._slots[slot] = _Slot(channel, Packetizer(req.first_packet_frames, req.packet_frames),
-                                      metrics.max_frames)
-            self.text_rows.admitted(slot, channel, prompt)
+            state = SlotState(channel, Packetizer(req.first_packet_frames, req.packet_frames), metrics.max_frames)
+            TextRows.start(state, int(prompt.embeds.shape[0]), metrics.max_frames)
+            self.slots.occupy(slot, state)
         return len(prepared)
 
-    def _compact(self) -> None:
-        """Move the highest running streams into the free slots below them, so rows 0..n-1 are the running ones."""
-        while self._slots:
-            top = max(self._slots)
-            if top < len(self._slots):
-                return
-            hole = min(set(range(top)) - self._slots.keys())
-            self.codegen.move(top, hole)
-            self.stepper.state.move_(top, hole)
-            state = self._slots.pop(top)
-            state.channel.request.metrics.slot = hole
-            self._slots[hole] = state
-            self.counters.add("slot_moves")
+    def _move_rows(self, src: int, dst: int) -> None:
+        """A stream's whole per-row state from row src to the free row dst (the slot table's only way to move)."""
+        t0 = time.perf_counter()
+        self.codegen.move(src, dst)
+        self.stepper.state.move_(src, dst)
+        self.counters.add("slot_moves")
+        self.counters.phases.add("moves", (time.perf_counter() - t0) * 1000.0)
 
-    def _advance(self) -> None:
-        self._compact()
-        n_rows = len(self._slots)
+    def _advance(self, live: np.ndarray) -> None:
+        """One step over rows 0..n-1 (compact: `prepare_step` compacted them); the rows where `live` is false (a
+        streaming-text stream waiting for its text) are left as they were and produce nothing."""
+        running = self.slots.running
+        n_rows = len(running)
         t0 = time.perf_counter()
         try:
-            out = self.stepper.run(n_rows)
+            out = self.stepper.run(n_rows, live)
         except Exception as exc:  # noqa: BLE001 - fail these streams, keep the engine serving
             log.exception("frame step failed (rows=%d)", n_rows)
             self.counters.add("worker_errors")
             self.stepper.reset_state()
-            for slot in list(self._slots):
+            for slot in list(running):
                 self._end(slot, "error", EngineStepError(f"frame step failed: {exc}"))
             return
-        self.counters.add_step(len(self._slots), out.codegen_ms, out.decode_ms)
-        for slot, state in list(self._slots.items()):
-            self._consume_row(slot, state, out)
+        self.counters.add_step(n_rows, out.codegen_ms, out.decode_ms)
+        for slot, state in list(running.items()):
+            if live[slot]:
+                self._consume_row(slot, state, out)
         self.costs.observe_iteration(n_rows, (time.perf_counter() - t0) * 1000.0)
 
-    def _consume_row(self, slot: int, state: _Slot, out: StepOutput) -> None:
+    def _consume_row(self, slot: int, state: SlotState, out: StepOutput) -> None:
         metrics = state.channel.request.metrics
         metrics.codegen_wall_ms += out.codegen_ms
         metrics.decode_wall_ms += out.decode_ms
@@ -334,7 +353,7 @@ class Scheduler:
                 return
             self._end(slot, "eos" if code0 == self.eos_code else "cap", None)
 
-    def _emit(self, slot: int, state: _Slot, pcm: np.ndarray, t_ready: float) -> bool:
+    def _emit(self, slot: int, state: SlotState, pcm: np.ndarray, t_ready: float) -> bool:
         metrics = state.channel.request.metrics
         frames = pcm.shape[0] // SAMPLES_PER_FRAME
         packet = Packet(pcm=pcm, index=state.packetizer.packets_out - 1, frames=frames, t_ready=t_ready)
@@ -353,7 +372,7 @@ class Scheduler:
             self._end(slot, "cancelled", None)
         else:
             self.counters.add("streams_overflowed")
-            buffered_s = state.channel.buffered_frames * SAMPLES_PER_FRAME / 24_000
+            buffered_s = samples_to_seconds(state.channel.buffered_frames * SAMPLES_PER_FRAME)
             self._end(
                 slot,
                 "overflow",
@@ -365,7 +384,8 @@ class Scheduler:
         return False
 
     def _end(self, slot: int, reason: str, error: BaseException | None) -> None:
-        state = self._slots.pop(slot)
+        """End the stream in `slot`."""
+        state = self.slots.vacate(slot)
         self._safe_release(slot)
         self._complete(state.channel, reason, error)
 
@@ -373,7 +393,6 @@ class Scheduler:
         self._complete(channel, reason, error)
 
     def _complete(self, channel: StreamChannel, reason: str, error: BaseException | None) -> None:
-        self.text_rows.ended(channel)
         metrics = channel.request.metrics
         metrics.t_done = time.perf_counter()
         metrics.end_reason = reason
@@ -403,9 +422,8 @@ class Scheduler:
         error = EngineClosedError("the TTS engine was closed")
         if self.fatal_error is not None:
             error = EngineClosedError(f"the TTS engine worker failed: {self.fatal_error}")
-        for slot in list(self._slots):
+        for slot in list(self.slots.running):
             self._end(slot, "error", error)
-        self.text_rows.shutdown(error)
         while self._pending:
             self._finish_unadmitted(self._pending.popleft(), "error", error)
         while True:

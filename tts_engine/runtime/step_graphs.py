@@ -44,7 +44,7 @@ def compile_step_shapes(codegen: Any, rows: Sequence[int], sampling_variants: Se
 def buckets_for(max_slots: int) -> list[int]:
     """Row counts that get their own graph (a step for n rows runs the smallest bucket >= n): 1, 2, 4, 8, 16, then
     every 16 up to 128, every 32 up to 256, every 64 beyond, and max_slots itself. Past 16 rows a step runs at most
-    ~25 % more rows than are active (powers of two ran 160 active rows as 256: issue 15's RTF cliff); below 16 the
+    ~25 % more rows than are active (powers of two ran 160 active rows as 256, an RTF cliff); below 16 the
     step costs about the same whatever the rows, so few graphs suffice there."""
     sizes, b = [], 1
     while b < max_slots:
@@ -61,8 +61,10 @@ class StepGraphs:
       logits processing, c0 choice, 15 predictor passes with sampling, talker step) is one graph per
       (bucket, sampling) pair; with one switch on, only that half (`predict_frame` / `advance_talker`) is graphed.
     - Decoder: `CodecDecoder.step` on one frame per bucket, bound to the scheduler's decoder-state views.
-    - On CUDA a step for n rows runs the smallest bucket >= n, graphed or not; rows past n are free slots whose
-      output is ignored and whose state is reset on admission. (On the CPU there is no bucketing.)
+    - On CUDA a step for n rows runs the smallest bucket >= n, graphed or not; rows that are not live (free slots,
+      streams waiting for their text) are computed but keep their state (`CodeGenerator.live`), and their output is
+      ignored. (On the CPU
+      there is no bucketing.)
     - Anything not captured (switch off, CPU, capture failure, a sampling variant not captured) runs eagerly
       and is counted in `stats.fallback_reasons`.
     - With all three switches on, `frame_step` replays one graph per (bucket, sampling) that overlaps the

@@ -19,11 +19,15 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tts_engine.runtime.metrics import StreamMetrics
+
+if TYPE_CHECKING:
+    from tts_engine.runtime.codegen import SamplingParams
+    from tts_engine.runtime.text_feed import TextFeed
 
 
 class StreamOverflowError(RuntimeError):
@@ -53,14 +57,13 @@ class StreamRequest:
     speaker: str
     language: str
     instruct: str | None
-    params: Any  # runtime.codegen.SamplingParams
+    params: SamplingParams
     first_packet_frames: int
     packet_frames: int
     metrics: StreamMetrics
-    max_frames: int | None = None  # explicit frame cap (benchmarks, tests); None = the text-length cap
+    max_frames: int | None = None  # explicit frame cap (benchmarks, tests); None = the text's frame budget
     codes: list[np.ndarray] = field(default_factory=list)  # valid frames' codes [16], for dumps / gates
-    text_feed: Any = None  # runtime.text_feed.TextFeed: streaming-text layout, text pushed as it comes
-    text_track: Any = None  # runtime.text_rows.TextTrack while the worker runs it
+    text_feed: TextFeed | None = None  # streaming-text layout: the text, pushed as it comes
 
 
 class _End:
@@ -198,8 +201,12 @@ class StreamHandle:
         frames = list(self._channel.request.codes)
         return np.stack(frames) if frames else np.zeros((0, 16), dtype=np.int64)
 
-    def __del__(self) -> None:
-        # Dropped before the end (e.g. `break` out of `async for`): stop the GPU work. Only a flag
-        # write here; the worker notices it before its next frame step and frees the slot.
+    def flag_cancel(self) -> None:
+        """Only flag the stream for cancelling (a plain write: safe from `__del__` and any thread); the worker drops
+        it before its next frame step and frees its slot. `cancel()` also ends the iteration at once."""
         if not self._ended:
             self._channel.cancel_requested = True
+
+    def __del__(self) -> None:
+        # Dropped before the end (e.g. `break` out of `async for`): stop the GPU work.
+        self.flag_cancel()

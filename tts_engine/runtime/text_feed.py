@@ -1,6 +1,6 @@
 """Streaming text input at token level: the text-side track of the streaming-text layout (non_streaming_mode=False).
 
-Layout (shared/reference/qwen3_tts.md §3.2): the prefill ends with [text(t_0) + codec_bos]; generated frame k's
+Layout (docs/model.md, "Streaming-text layout"): the prefill ends with [text(t_0) + codec_bos]; generated frame k's
 feedback adds trailing[k], where trailing = [text(t_1) .. text(t_{n-1}), tts_eos] and tts_pad once it is exhausted.
 So frame k can be stepped as soon as token k+1 is known (or the text is closed); until then the stream waits.
 
@@ -11,8 +11,11 @@ Contract:
   cannot grow, i.e. every pre-token but the last (the byte-level BPE never merges across pre-tokens).
   Leading whitespace of the text and trailing whitespace at close are dropped, as the whole-text path strips them.
 - `TextFeed`: one stream's text, thread-safe: the event loop pushes pieces and closes it, the engine's worker reads
-  `n_ids`, `ids_from(i)` and `closed`. `trailing_kind(k)` says what frame k's step needs: "text" (token k+1 is
-  known), "eos", "pad", or None (wait: not known yet and not closed).
+  `n_ids`, `ids_from(i)`, `closed` and `budget` (the frame budget of the text pushed so far,
+  text/speech_length.py). `trailing_kind(k)` says what frame k's step needs: "text" (token k+1 is known), "eos",
+  "pad", or None (wait: not known yet and not closed).
+- `TokenTextStream`: the caller's handle (Engine.open_text_stream(layout="tokens")): push / close text, iterate
+  packets; the worker side of the same stream is runtime/text_rows.py.
 - `generate_codes_streaming(model, pieces, ...)`: offline reference of the layout through the real `CodeGenerator`
   (one slot, text pushed piece by piece, a frame stepped only when its text row is known); the parity test compares
   it with the official implementation's streaming-text mode.
@@ -21,12 +24,15 @@ Contract:
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 
-from tts_engine.errors import EmptyTextError, TextFeedFull, TTSInputError
+from tts_engine.errors import EmptyTextError, TextFeedFull, TextTooLongError, TTSInputError
+from tts_engine.runtime.codegen import CodeGenerator, SamplingParams
+from tts_engine.runtime.stream import Packet, StreamHandle
+from tts_engine.text.speech_length import SpeechBudget
 
 __all__ = ["IncrementalTokens", "TextFeed", "TextFeedFull", "TokenTextStream", "generate_codes_streaming"]
 
@@ -88,7 +94,8 @@ class TextFeed:
         self._ids: list[int] = []
         self.closed = False
         self.chars = 0
-        self.on_change: Any = None  # set by the engine: wakes the worker when text arrives
+        self.speech = SpeechBudget()  # the runaway guard's allowance of the text pushed so far
+        self.on_change: Callable[[], None] | None = None  # set by the stream: wakes the worker when text arrives
 
     def push(self, piece: str, max_ids: int | None = None) -> None:
         """Add a piece; with `max_ids`, a piece that would make more final tokens than that is refused whole
@@ -102,6 +109,7 @@ class TextFeed:
                     f"text is too long for one streaming-text stream: at most {max_ids} tokens fit its KV positions "
                     "(TTS_DEEP_STREAM_MAX_POSITIONS); close it and speak the rest as another stream", field="text")
             self.chars += len(piece)
+            self.speech.add(piece)
             self._ids.extend(new)
         self._changed()
 
@@ -123,6 +131,10 @@ class TextFeed:
         with self._lock:
             return self._ids[start:]
 
+    def budget(self, scale: float = 1.0) -> int:
+        """The frame budget of the text pushed so far (text/speech_length.py)."""
+        return self.speech.budget(scale)
+
     def trailing_kind(self, k: int) -> str | None:
         """What frame k's feedback adds: "text" (token k+1), "eos", "pad", or None (not known yet)."""
         n = len(self._ids)
@@ -138,8 +150,6 @@ def generate_codes_streaming(model: Any, pieces: Iterable[str], speaker: str, la
                              params: Any = None, max_frames: int | None = None,
                              instruct: str | None = None) -> torch.Tensor:
     """Offline: [T, 16] codes of text arriving in `pieces`, streaming-text layout (EOS frame dropped)."""
-    from tts_engine.runtime.codegen import CodeGenerator, SamplingParams
-
     gen = CodeGenerator(model, max_slots=1)
     feed = TextFeed(model.tokenizer)
     source = iter(pieces)
@@ -169,14 +179,14 @@ def generate_codes_streaming(model: Any, pieces: Iterable[str], speaker: str, la
         if kind is None:
             more()
             continue
-        if max_frames is None:
-            gen.set_cap(0, feed.n_ids, prompt_len)
+        cap = prompt.max_frames if max_frames is not None else gen.cap(feed.budget(gen.cap_scale), prompt_len)
         if kind == "text":
             if len(rows) <= k:
                 rows.extend(gen.prompts.project(feed.ids_from(len(rows) + 1)).unbind(0))
-            gen.set_text(0, rows[k])
+            row = rows[k]
         else:
-            gen.set_text(0, gen.prompts.tts_eos if kind == "eos" else gen.tts_pad)
+            row = gen.prompts.tts_eos if kind == "eos" else gen.tts_pad
+        gen.set_stream_rows([0], row[None], [cap])
         codes, done = gen.step(1)
         k += 1
         if bool(done[0]):
@@ -195,24 +205,23 @@ class TokenTextStream:
 
     `push(text)` / `close()` feed the text track; iterate for `Packet`s. The engine stream is submitted once the
     first token is final (or at close), so the prefill already holds t_0. `cancel()` / `aclose()` / `async with`
-    stop it (the worker is woken, so a parked stream frees its slot at once). A piece past the per-request
+    stop it (the worker is woken, so a stream waiting for its text frees its slot at once). A piece past the per-request
     character cap raises TextTooLongError, one past what the stream's KV positions can speak raises TextFeedFull
     (field "text", naming TTS_DEEP_STREAM_MAX_POSITIONS); either way the piece is not taken and the stream goes on
     (close it to have the text so far spoken).
     """
 
-    def __init__(self, handle: Any, feed: TextFeed, submit: Any, wake: Any, max_chars: int, max_tokens: int) -> None:
+    def __init__(self, handle: StreamHandle, feed: TextFeed, submit: Callable[[], None], wake: Callable[[], None],
+                 max_chars: int, max_tokens: int) -> None:
         self._handle, self._feed, self._submit, self._wake = handle, feed, submit, wake
         self._max_chars, self._max_tokens = max_chars, max_tokens
         self._submitted = False
-        self.on_end: Any = None  # called once when the stream has ended (any reason), e.g. load accounting
+        self.on_end: Callable[[], None] | None = None  # called once when the stream has ended, e.g. load accounting
         self.metrics = handle.metrics
         self.request_id = handle.request_id
         feed.on_change = wake
 
     def push(self, text: str) -> None:
-        from tts_engine.errors import TextTooLongError
-
         if self._feed.closed:
             raise RuntimeError("push() after close(): the text of this stream is complete")
         if not isinstance(text, str):
@@ -236,7 +245,7 @@ class TokenTextStream:
     def __aiter__(self) -> TokenTextStream:
         return self
 
-    async def __anext__(self) -> Any:
+    async def __anext__(self) -> Packet:
         try:
             return await self._handle.__anext__()
         except BaseException:
@@ -271,13 +280,18 @@ class TokenTextStream:
     def finished(self) -> bool:
         return self._handle.finished
 
+    @property
+    def tokens(self) -> int:
+        """Text tokens final so far (the first frame needs two, or the closed text)."""
+        return self._feed.n_ids
+
     def codes(self) -> Any:
         return self._handle.codes()
 
     def __del__(self) -> None:
-        # dropped without cancel(): the handle's own __del__ flags the stream; wake the worker so that a parked
+        # dropped without cancel(): the handle's own __del__ flags the stream; wake the worker so that a waiting
         # stream frees its slot now rather than at the next request (a queue put: safe from any thread)
         handle = getattr(self, "_handle", None)
         if handle is not None and not handle.finished:
-            handle._channel.cancel_requested = True  # noqa: SLF001 - what the handle's __del__ does, before the wake
+            handle.flag_cancel()  # what the handle's own __del__ does, here before the wake
             self._wake()

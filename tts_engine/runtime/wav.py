@@ -8,14 +8,14 @@ from pathlib import Path
 
 import numpy as np
 
-SAMPLE_RATE = 24_000
+from tts_engine.audio_format import CHANNELS, SAMPLE_RATE, SAMPLE_WIDTH
 
 
 def wav_bytes(pcm: np.ndarray, sample_rate: int = SAMPLE_RATE) -> bytes:
     buf = io.BytesIO()
     with wave.open(buf, "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
+        out.setnchannels(CHANNELS)
+        out.setsampwidth(SAMPLE_WIDTH)
         out.setframerate(sample_rate)
         out.writeframes(np.asarray(pcm, dtype="<i2").tobytes())
     return buf.getvalue()
@@ -25,6 +25,6 @@ def read_wav(source: str | Path | bytes) -> tuple[np.ndarray, int]:
     """(int16 samples, sample rate) of a mono 16-bit WAV; ValueError for anything else."""
     handle = io.BytesIO(source) if isinstance(source, bytes) else open(source, "rb")  # noqa: SIM115
     with handle, wave.open(handle, "rb") as wav:
-        if wav.getnchannels() != 1 or wav.getsampwidth() != 2:
+        if wav.getnchannels() != CHANNELS or wav.getsampwidth() != SAMPLE_WIDTH:
             raise ValueError(f"expected mono 16-bit WAV, got {wav.getnchannels()} channels, {wav.getsampwidth()} bytes")
         return np.frombuffer(wav.readframes(wav.getnframes()), dtype="<i2").astype(np.int16), wav.getframerate()

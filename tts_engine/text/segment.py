@@ -13,7 +13,7 @@ Contract:
   then between words or CJK characters, and only a single unbroken run longer than the limit (a 5,000-character
   URL) is cut inside itself.
 - `StreamSegmenter` cuts streaming text (LLM tokens, WebSocket pieces) into speakable segments: `push(text)`
-  returns the segments that became ready, `flush()` the rest. Its policy (DESIGN.md §5): a short starter
+  returns the segments that became ready, `flush()` the rest. Its policy (docs/engine.md, "Any length"): a short starter
   segment first (first clause, else 2-6 CJK characters / 1-3 Latin words), then cuts at sentence punctuation
   and clause punctuation (CJK at once, Latin once the segment has `latin_clause_min` characters), else a
   length cut at `cjk_flush_chars` CJK characters / `latin_flush_words` words, never past `max_chars` unless a

@@ -18,14 +18,15 @@ import numpy as np
 RATE = 48_000
 
 
-def speak(text: str, *, voice: str = "en-us", words_per_minute: int = 165) -> np.ndarray:
-    """espeak-ng's speech for `text` as int16 samples at 48 kHz."""
+def speak(text: str, *, voice: str = "en-us", words_per_minute: int = 165, pitch: int | None = None) -> np.ndarray:
+    """espeak-ng's speech for `text` as int16 samples at 48 kHz (`pitch` 0..99, espeak's default 50)."""
     exe = shutil.which("espeak-ng")
     if exe is None:
         raise FileNotFoundError("espeak-ng is not installed (Debian package espeak-ng; scripts/setup.sh installs it)")
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "speech.wav"
-        subprocess.run([exe, "-v", voice, "-s", str(words_per_minute), "-w", str(raw), text], check=True)
+        pitch_args = [] if pitch is None else ["-p", str(pitch)]
+        subprocess.run([exe, "-v", voice, "-s", str(words_per_minute), *pitch_args, "-w", str(raw), text], check=True)
         with wave.open(str(raw)) as w:
             rate = w.getframerate()
             samples = np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16).astype(np.float32)

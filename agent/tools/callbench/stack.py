@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]  # agent/tools/callbench/stack.py -> the repository
 PRODUCTION_VARIABLES = ("LIVEKIT_URL", "LLM_BASE_URL", "STT_BASE_URL", "TTS_DEEP_STREAM_MODEL_DIR", "TTS_ENGINE_URL")
 #: Worker tuning read from the caller's environment although its prefix marks it as a service's (A/B runs).
-PASSED_THROUGH = ("STT_EARLY_MS",)
+PASSED_THROUGH = ("STT_EARLY_MS", "TURN_HANDLING")
 
 
 def free_port() -> int:

@@ -1,0 +1,364 @@
+"""`python -m agent.tools.convbench.many --calls 1,2,4 --out DIR`: N calls at once through one worker (issue 32).
+
+For each N in `--calls` (one after the other, on one stack): N scripted SDK callers (caller.ScriptedCaller, no
+browser), each in its own room so each call is dispatched a job, arriving evenly over `--arrival-window` seconds,
+each playing the many-calls script (corpus.py: questions after the agent is done and a reading gap, two answers
+cut by a barge-in). `--caller-procs P` spreads the callers over P processes, each with one 10 ms pacer; every
+process records its publish lateness and loop lag, so a caller that falls behind is not blamed on the worker.
+Per call and per N: response (the caller's end of speech -> first agent audio at the caller) P50/P95/P99, gaps in
+what the caller receives inside an agent reply (a silent run of over `GAP_MS` while the agent's state is
+`speaking`; arrival stalls of the received track over `GAP_MS`; WebRTC's concealed audio), barge-in onset ->
+silence, failed calls and turns never answered; per worker the stats file (`AGENT_STATS_PATH`, worker_stats.py).
+Writes DIR/many.json, DIR/many.md, DIR/many.png (response and gaps against N), DIR/timelines/n<N>/ (the recorded
+calls) and DIR/stack/ (logs, traces, worker stats). `--stand-in production` puts agent.tools.fake_openai (real
+HTTP) in place of the LLM and STT with production-like times (first token 150 ms, then 40 tokens/s; STT 150 ms);
+`--tts-model DIR` gives the worker real (or random 0.6B) weights on a GPU host. Exit 0 when no call failed, 1
+otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import datetime as dt
+import json
+import multiprocessing
+import secrets
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agent.tools.callbench.bench import device, versions
+from agent.tools.callbench.rtc_caller import worker_info
+from agent.tools.callbench.stack import LocalStack, free_port, wait_for_line
+from agent.tools.convbench import corpus
+from agent.tools.convbench import worker_stats as stats_file
+from agent.tools.convbench.activity import DEFAULT_THRESHOLDS, FRAME_S, Thresholds, runs
+from agent.tools.convbench.caller import Pacer, ScriptedCaller
+from agent.tools.convbench.conductor import play_script
+from agent.tools.convbench.runner import JOIN_TIMEOUT_S, STACK_ENV
+from agent.tools.convbench.score import EOT_WINDOW_S, Signals, cued_rows
+from agent.tools.convbench.script import Script, Turn, load_script
+from agent.tools.convbench.timeline import Timeline
+from agent.tools.fake_openai import PRESETS
+from tts_engine.percentiles import percentiles
+
+GAP_MS = 40.0  # issue 32: an audible gap is no agent audio for more than 40 ms inside a reply
+STAND_INS = {"production": PRESETS["production"]}  # agent.tools.fake_openai --preset production
+SPAWN_LEAD_S = 6.0  # caller processes import livekit and numpy before the first arrival
+
+
+@dataclass
+class CallSpec:
+    index: int
+    room: str
+    start_at: float  # Unix s
+
+
+def first_turns(script: Script, turns: int | None) -> Script:
+    """The script up to its `turns`-th turn and the items cued on that turn's reply."""
+    if not turns:
+        return script
+    items, seen = [], 0
+    for item in script.items:
+        seen += isinstance(item, Turn)
+        if seen > turns:
+            break
+        items.append(item)
+    return Script(path=script.path, name=script.name, speaker=script.speaker, items=items)
+
+
+# -- the callers (one process or several) -----------------------------------------------------------------------
+async def _callers(page_url: str, script: Script, specs: list[CallSpec], th: Thresholds) -> tuple[list, dict]:
+    pacer = Pacer.shared()
+
+    async def one(spec: CallSpec) -> Timeline:
+        await asyncio.sleep(max(0.0, spec.start_at - time.time()))
+        tl = Timeline(script=script.name, room=spec.room, speaker={"call": spec.index})
+        caller = None
+        try:
+            caller = await ScriptedCaller.join(page_url, spec.room, pacer=pacer, thresholds=th)
+            await caller.ready(JOIN_TIMEOUT_S)
+            await play_script(caller, script, tl)
+        except Exception as exc:  # noqa: BLE001 -- a failed call is a result, recorded with its reason
+            tl.errors.append(f"{type(exc).__name__}: {exc}")
+        finally:
+            if caller is not None:
+                caller.record_into(tl)
+                await caller.aclose()
+        return tl
+
+    timelines = await asyncio.gather(*(one(s) for s in specs))
+    return list(timelines), pacer.health()
+
+
+def caller_process(page_url: str, script_path: str, turns: int | None, specs: list[dict], th: dict) -> dict:
+    """One caller process's work (also run in-process when P is 1): JSON in, JSON out."""
+    script = first_turns(load_script(Path(script_path)), turns)
+    timelines, health = asyncio.run(_callers(page_url, script, [CallSpec(**s) for s in specs], Thresholds(**th)))
+    return {"timelines": [tl.to_json() for tl in timelines], "health": health}
+
+
+def run_calls(page_url: str, script_path: Path, n: int, *, window_s: float, procs: int, turns: int | None,
+              th: Thresholds = DEFAULT_THRESHOLDS, tag: str = "") -> tuple[list[Timeline], list[dict]]:  # fmt: skip
+    tag = tag or secrets.token_hex(3)
+    start = time.time() + (SPAWN_LEAD_S if procs > 1 else 1.0)
+    specs = [CallSpec(i, f"mc-{tag}-n{n}-{i:03d}", start + (window_s * i / n if n > 1 else 0.0)) for i in range(n)]
+    chunks = [[vars(s) for s in specs[p::procs]] for p in range(procs)]
+    args = (page_url, str(script_path), turns)
+    if procs == 1:
+        results = [caller_process(*args, chunks[0], th.to_json())]
+    else:
+        context = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(max_workers=procs, mp_context=context) as pool:
+            futures = [pool.submit(caller_process, *args, chunk, th.to_json()) for chunk in chunks if chunk]
+            results = [f.result() for f in futures]
+    timelines = [Timeline.from_json(t) for r in results for t in r["timelines"]]
+    return sorted(timelines, key=lambda tl: tl.room), [r["health"] for r in results]
+
+
+# -- scoring ----------------------------------------------------------------------------------------------------
+def reply_spans(tl: Timeline) -> list[tuple[float, float]]:
+    """The agent's replies on the caller's clock: from each `speaking` state to the next other state."""
+    spans, start = [], None
+    for t, state in tl.states:
+        if state == "speaking" and start is None:
+            start = t
+        elif state != "speaking" and start is not None:
+            spans.append((start, t))
+            start = None
+    if start is not None:
+        spans.append((start, tl.ended or start))
+    return spans
+
+
+def reply_gaps(tl: Timeline, th: Thresholds) -> dict[str, Any]:
+    """Inside each reply, between its first and last audible frame: silent runs over GAP_MS (content: the agent's
+    audio came late) and arrival stalls over GAP_MS (the received track's own timing)."""
+    t, db = tl.agent_audio()
+    silent_ms, stalls_ms, replies, with_gap = [], [], 0, 0
+    for lo, hi in reply_spans(tl):
+        inside = np.flatnonzero((t >= lo) & (t < hi + 0.3) & (db >= th.silence_db))
+        if inside.size < 2:
+            continue
+        replies += 1
+        a, b = inside[0], inside[-1]
+        gaps = [(e - s) * FRAME_S * 1000 for s, e in runs(db[a:b] < th.silence_db) if (e - s) * FRAME_S * 1000 > GAP_MS]
+        stalls = [float(d) * 1000 for d in np.diff(t[a : b + 1]) if d * 1000 > GAP_MS]
+        silent_ms += gaps
+        stalls_ms += stalls
+        with_gap += bool(gaps)
+    return {"replies": replies, "replies_with_gap": with_gap, "gaps_ms": [round(g, 1) for g in silent_ms],
+            "stalls_ms": [round(s, 1) for s in stalls_ms]}  # fmt: skip
+
+
+def concealed_ms(tl: Timeline) -> float | None:
+    """Audio WebRTC made up at the caller (late or lost packets), silence excluded, over the call."""
+    if len(tl.rtc) < 2:
+        return None
+    first, last = tl.rtc[0], tl.rtc[-1]
+    loud = (last["concealed_samples"] - last["silent_concealed_samples"]) - (
+        first["concealed_samples"] - first["silent_concealed_samples"])  # fmt: skip
+    return round(loud / 48.0, 1)
+
+
+def call_row(tl: Timeline, th: Thresholds) -> dict[str, Any]:
+    sig = Signals(tl, th)
+    responses = []
+    for rec in (r for r in tl.items if r.kind == "turn" and r.played):
+        end = tl.plays_of(rec.item_id)[-1].last_voiced
+        onset = next((o for o in sig.onsets if end <= o < end + EOT_WINDOW_S), None)
+        responses.append(None if onset is None else round((onset - end) * 1000.0, 1))
+    barges = [r for r in cued_rows(tl, sig) if r["kind"] == "barge_in" and r["played"]]
+    return {
+        "room": tl.room, "errors": tl.errors, "turns": len(responses),
+        "failed": bool(tl.errors) or not responses, "unanswered": sum(r is None for r in responses),
+        "response_ms": responses, "barge_in_silence_ms": [r["silence_ms"] for r in barges],
+        "barge_in_missed": sum(r["silence_ms"] is None for r in barges), "concealed_ms": concealed_ms(tl),
+        **reply_gaps(tl, th),
+    }  # fmt: skip
+
+
+def level_summary(n: int, rows: list[dict], health: list[dict], worker: dict) -> dict[str, Any]:
+    responses = [v for r in rows for v in r["response_ms"] if v is not None]
+    gaps = [g for r in rows for g in r["gaps_ms"]]
+    stalls = [s for r in rows for s in r["stalls_ms"]]
+    silences = [v for r in rows for v in r["barge_in_silence_ms"] if v is not None]
+    concealed = [r["concealed_ms"] for r in rows if r["concealed_ms"] is not None]
+    return {
+        "calls": n, "failed_calls": sum(r["failed"] for r in rows),
+        "turns": sum(r["turns"] for r in rows), "unanswered_turns": sum(r["unanswered"] for r in rows),
+        "response_ms": {"n": len(responses), **percentiles(responses, (50, 95, 99), 1)},
+        "replies": sum(r["replies"] for r in rows),
+        "calls_with_gap": sum(r["replies_with_gap"] > 0 for r in rows), "gaps": len(gaps),
+        "gap_ms_max": max(gaps, default=None), "stalls": len(stalls), "stall_ms_max": max(stalls, default=None),
+        "concealed_ms_total": round(sum(concealed), 1) if concealed else None,
+        "barge_in_silence_ms": {"n": len(silences), **percentiles(silences, (50, 95), 1)},
+        "barge_in_missed": sum(r["barge_in_missed"] for r in rows),
+        "caller_processes": health, "worker": worker,
+    }  # fmt: skip
+
+
+# -- the whole command ------------------------------------------------------------------------------------------
+def stand_in(kind: str, log: Path) -> tuple[subprocess.Popen, str]:
+    """agent.tools.fake_openai on a free port with `kind`'s times; returns the process and its base URL."""
+    port = free_port()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agent.tools.fake_openai", "--port", str(port), "--preset", kind],
+        stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    wait_for_line(log, "fake OpenAI server on", 30, proc=proc)
+    return proc, f"http://127.0.0.1:{port}/v1"
+
+
+def wait_idle(health_port: int, timeout_s: float = 90.0) -> None:
+    """Until the worker has no job left (LiveKit closes a room some seconds after its caller left)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if int(worker_info(health_port).get("active_jobs", 0)) == 0:
+                return
+        except OSError:
+            pass
+        time.sleep(1.0)
+
+
+def measure(stack: LocalStack, levels: list[int], script_path: Path, *, window_s: float, procs: int,
+            turns: int | None, stats_path: Path | None, keep: Path | None = None,
+            progress=print) -> list[dict]:  # noqa: ANN001  # fmt: skip
+    """Each level in turn; the recorded calls go to `keep`/n<N>/ when given."""
+    out = []
+    for n in levels:
+        wait_idle(stack.ports["AGENT_HTTP_PORT"])
+        t0 = time.time()
+        timelines, health = run_calls(stack.page_url, script_path, n, window_s=window_s, procs=procs, turns=turns)
+        t1 = time.time()
+        if keep is not None:
+            (keep / f"n{n}").mkdir(parents=True, exist_ok=True)
+            for tl in timelines:
+                (keep / f"n{n}" / f"{tl.room}.json").write_text(json.dumps(tl.to_json()) + "\n")
+        rows = [call_row(tl, DEFAULT_THRESHOLDS) for tl in timelines]
+        summary = level_summary(n, rows, health, stats_file.summarize(stats_file.read(stats_path), t0, t1))
+        out.append({**summary, "rows": rows, "seconds": round(t1 - t0, 1)})
+        r = summary["response_ms"]
+        progress(f"[many] N={n}: response P50/P95/P99 {r['p50']}/{r['p95']}/{r['p99']} ms, calls with a gap "
+                 f"{summary['calls_with_gap']}, failed {summary['failed_calls']}, {t1 - t0:.0f} s")  # fmt: skip
+    return out
+
+
+def markdown(report: dict[str, Any]) -> str:
+    lines = [f"# Many calls: {report['device']}, {report['date'][:10]}", "", f"`{report['command']}` "
+             f"(stand-in: {report['config']['stand_in']}, {report['config']['caller_procs']} caller process(es), "
+             f"arrivals over {report['config']['arrival_window_s']} s)", "",
+             "| N | failed | unanswered | response P50 / P95 / P99 (ms) | calls with a gap | gaps (max ms) | "
+             "stalls (max ms) | concealed ms | barge-in -> silence P50 / P95 | caller late P99 / max (ms) | "
+             "worker CPU cores | loop lag P99 max (ms) |", "|" + "---|" * 12]  # fmt: skip
+    for lv in report["levels"]:
+        r, b, w = lv["response_ms"], lv["barge_in_silence_ms"], lv["worker"]
+        late = max((h["publish_late_ms"]["p99"] or 0 for h in lv["caller_processes"]), default=None)
+        worst = max((h["publish_late_ms"]["max"] or 0 for h in lv["caller_processes"]), default=None)
+        cpu = (w.get("cpu_cores") or {}).get("mean")
+        lag = (w.get("loop_lag_ms") or {}).get("p99_max")
+        lines.append(f"| {lv['calls']} | {lv['failed_calls']} | {lv['unanswered_turns']}/{lv['turns']} | {r['p50']} / "
+                     f"{r['p95']} / {r['p99']} | {lv['calls_with_gap']} | {lv['gaps']} ({lv['gap_ms_max']}) | "
+                     f"{lv['stalls']} ({lv['stall_ms_max']}) | {lv['concealed_ms_total']} | {b['p50']} / {b['p95']} | "
+                     f"{late} / {worst} | {cpu} | {lag} |")  # fmt: skip
+    lines += ["", f"A gap: the agent silent for over {GAP_MS:g} ms inside a reply (its state `speaking`), at the "
+              "caller; a stall: no received frame for that long; concealed: audio WebRTC made up for late or lost "
+              "packets. Worker figures from its stats file (agent/tools/convbench/worker_stats.py); none when the "
+              "worker writes none."]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    import matplotlib  # heavy: only when a plot is written
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    levels = report["levels"]
+    ns = [lv["calls"] for lv in levels]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    for q in ("p50", "p95", "p99"):
+        a.plot(ns, [lv["response_ms"][q] for lv in levels], marker="o", label=q.upper())
+    a.set(title="response at the caller", xlabel="concurrent calls", ylabel="ms")
+    a.legend()
+    b.plot(ns, [lv["calls_with_gap"] for lv in levels], marker="o", label="calls with a gap")
+    b.plot(ns, [lv["failed_calls"] for lv in levels], marker="x", label="failed calls")
+    b.set(title=f"gaps > {GAP_MS:g} ms inside replies", xlabel="concurrent calls", ylabel="calls")
+    b.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agent.tools.convbench.many", description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", required=True, help="concurrent calls per level, e.g. 1,2,4,8")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--arrival-window", type=float, default=5.0, help="seconds over which a level's calls arrive")
+    parser.add_argument("--caller-procs", type=int, default=1, help="caller processes (default 1)")
+    parser.add_argument("--script", type=Path, help="the script each caller plays (default: the corpus's calls script)")
+    parser.add_argument("--turns", type=int, help="play only the first N turns of the script")
+    parser.add_argument("--stand-in", choices=("local", *STAND_INS), default="local",
+                        help="local: the embedded defaults (whisper, llama.cpp); production: fake_openai with "
+                             "production-like times")  # fmt: skip
+    parser.add_argument("--tts-model", type=Path, help="TTS_DEEP_STREAM_MODEL_DIR for the worker (GPU host)")
+    args = parser.parse_args(argv)
+    try:
+        levels = [int(x) for x in args.calls.split(",")]
+    except ValueError:
+        parser.error(f"--calls={args.calls!r} must be numbers separated by commas, e.g. 1,2,4")
+    if not levels or min(levels) < 1 or max(levels) > 1024:
+        parser.error(f"--calls={args.calls!r}: each level must be in 1..1024")
+    if not 1 <= args.caller_procs <= 64:
+        parser.error(f"--caller-procs={args.caller_procs} is out of range (allowed: 1..64)")
+    script_path = args.script or corpus.cached(("calls",)) / "calls" / "questions.json"
+    load_script(script_path)  # a bad script stops here, before any stack starts
+    stack_dir = args.out / "stack"
+    stats_path = stack_dir / "worker_stats.jsonl"
+    env = {**STACK_ENV, "AGENT_MAX_SESSIONS": str(max(levels)), "AGENT_LOAD_THRESHOLD": "1.0",
+           "AGENT_STATS_PATH": str(stats_path.resolve())}  # fmt: skip
+    fake = None
+    if args.stand_in != "local":
+        fake, url = stand_in(args.stand_in, stack_dir / "logs" / "fake_openai.log")
+        env.update(LLM_BASE_URL=url, STT_BASE_URL=url, LLM_MODEL="qwen3-omni")
+    if args.tts_model:
+        env["TTS_DEEP_STREAM_MODEL_DIR"] = str(args.tts_model)
+    stack = LocalStack(stack_dir, **env)
+    began = time.monotonic()
+    try:
+        stack.start()
+        levels_out = measure(stack, levels, script_path, window_s=args.arrival_window, procs=args.caller_procs,
+                             turns=args.turns, stats_path=stats_path, keep=args.out / "timelines")  # fmt: skip
+    finally:
+        stack.stop()
+        if fake is not None:
+            fake.terminate()
+            fake.wait(10)
+    report = {
+        "benchmark": "convbench.many", "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command": "python -m agent.tools.convbench.many " + " ".join(sys.argv[1:]), "device": device(),
+        "versions": versions(), "duration_s": round(time.monotonic() - began, 1),
+        "config": {"stand_in": args.stand_in, **({"stand_in_times": STAND_INS[args.stand_in]} if fake else {}),
+                   "caller_procs": args.caller_procs, "arrival_window_s": args.arrival_window,
+                   "script": str(script_path), "turns": args.turns, "stack_env": env, "gap_ms": GAP_MS},
+        "levels": levels_out,
+    }  # fmt: skip
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "many.json").write_text(json.dumps(report, indent=1) + "\n")
+    (args.out / "many.md").write_text(markdown(report))
+    plot(report, args.out / "many.png")
+    print(markdown(report))
+    return 0 if all(lv["failed_calls"] == 0 for lv in levels_out) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

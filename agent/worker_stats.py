@@ -1,0 +1,358 @@
+"""What the worker measures about itself: one sampler thread per process (agent/worker.py starts it at its first
+load check).
+
+- Every second a record: the process's CPU (user+sys) and CPU per thread grouped by name (Python's name where
+  Python started the thread, else the kernel's `comm`), the host's busy share of the cores this process may use,
+  RSS, GC pauses (`gc.callbacks`), the lag of every call's event loop (a `LoopProbe` per job loop: under the THREAD
+  executor each call has its own loop in its own thread), and what the worker gives it: calls, engine streams and
+  the load it last reported to LiveKit.
+- `cpu_cores(window_s)` / `host_busy(window_s)`: this process's CPU in cores and the host's busy share over the
+  last seconds; the load's CPU term reads the first.
+- With a path (`AGENT_STATS_PATH`) each record is appended there as one JSON line; docs/operations.md gives the
+  format ("The worker's stats file"). Each line carries its own cost (`sampler_ms`).
+- `usable_cores()`: the cores this process may use (`NUM_CPUS`, else its CPU affinity capped by a cgroup quota).
+"""
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import logging
+import os
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger("agent.worker_stats")
+
+SAMPLE_PERIOD_S = 1.0
+#: how often a loop probe wakes: 20 wakes a second per call; a stall is seen whenever a wake falls inside it,
+#: so every stall of 50 ms or more, and a stall of d ms with probability d/50
+PROBE_PERIOD_S = 0.05
+LATE_LAG_MS = 20.0  # one audio frame: a loop that stalled this long sent that call's frame late
+_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_NUMBERED = re.compile(r"[-_]\d+")  # "Thread-7 (run)" and "asyncio_3" are one kind of thread each
+
+
+def usable_cores() -> float:
+    """Cores this process may use: `NUM_CPUS` (LiveKit's override) or its CPU affinity, capped by a cgroup
+    CPU quota (v2 `cpu.max`, v1 `cpu.cfs_quota_us`) when there is one."""
+    if raw := os.environ.get("NUM_CPUS"):
+        return float(raw)
+    cores = float(len(os.sched_getaffinity(0)))
+    for quota_file, period_file in (
+        ("/sys/fs/cgroup/cpu.max", None),
+        ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "/sys/fs/cgroup/cpu/cpu.cfs_period_us"),
+    ):
+        try:
+            parts = Path(quota_file).read_text().split()
+            if period_file is not None:
+                parts.append(Path(period_file).read_text().strip())
+            if parts[0] not in ("max", "-1") and len(parts) > 1 and float(parts[1]) > 0:
+                return min(cores, float(parts[0]) / float(parts[1]))
+        except (OSError, ValueError, IndexError):
+            continue
+    return cores
+
+
+class LoopProbe:
+    """A timer on one event loop: each wake records how late it ran (ms), i.e. how long the loop was busy with
+    something else. Started and stopped on the loop's own thread; `take()` is called from the sampler's."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, period_s: float = PROBE_PERIOD_S) -> None:
+        self.loop = loop
+        self.period_s = period_s
+        self._lags: list[float] = []
+        self._lock = threading.Lock()
+        self._handle: asyncio.TimerHandle | None = None
+        self._due = 0.0
+
+    def start(self) -> None:
+        self._due = self.loop.time() + self.period_s
+        self._handle = self.loop.call_at(self._due, self._wake)
+
+    def _wake(self) -> None:
+        now = self.loop.time()
+        with self._lock:
+            self._lags.append(max(0.0, now - self._due) * 1000.0)
+        self._due = now + self.period_s
+        self._handle = self.loop.call_at(self._due, self._wake)
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    @property
+    def running(self) -> bool:
+        return self._handle is not None and not self.loop.is_closed()
+
+    def take(self) -> list[float]:
+        with self._lock:
+            lags, self._lags = self._lags, []
+        return lags
+
+
+@dataclass
+class _GcTimer:
+    """gc.callbacks hook. It runs inside the collection with the GIL held, so it takes no lock (the sampler
+    may be the thread that triggered the collection); the sampler reads the cumulative counters."""
+
+    count: int = 0
+    gen2: int = 0
+    total_ms: float = 0.0
+    pauses: list[float] = field(default_factory=list)
+    _t0: float = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+            return
+        ms = (time.perf_counter() - self._t0) * 1000.0
+        self.count += 1
+        self.gen2 += info.get("generation") == 2
+        self.total_ms += ms
+        self.pauses.append(ms)
+
+
+def _read_threads() -> dict[int, tuple[str, int]]:
+    """tid -> (kernel comm, CPU ticks user+sys) for every thread of this process (os.read: the GIL is released
+    during each read, and it is ~40 % cheaper than open())."""
+    threads = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            fd = os.open(f"/proc/self/task/{tid}/stat", os.O_RDONLY)
+            try:
+                stat = os.read(fd, 1024)
+            finally:
+                os.close(fd)
+        except OSError:  # the thread ended between listdir and open
+            continue
+        close = stat.rfind(b")")
+        fields = stat[close + 2 :].split()  # fields[0] is stat's field 3 (state); utime, stime are 14, 15
+        comm = stat[stat.find(b"(") + 1 : close].decode(errors="replace")
+        threads[int(tid)] = (comm, int(fields[11]) + int(fields[12]))
+    return threads
+
+
+def _host_cpu_s() -> float:
+    """CPU seconds used by everything on this host (or in this container: its cgroup's counter when there is one)."""
+    try:
+        with open("/sys/fs/cgroup/cpu.stat") as f:  # cgroup v2
+            for line in f:
+                if line.startswith("usage_usec"):
+                    return int(line.split()[1]) / 1e6
+    except OSError:
+        pass
+    try:
+        with open("/sys/fs/cgroup/cpuacct/cpuacct.usage") as f:  # cgroup v1, ns
+            return int(f.read()) / 1e9
+    except (OSError, ValueError):
+        pass
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    return (sum(ticks[:8]) - ticks[3] - ticks[4]) * _TICK_S  # all but idle and iowait (guest is inside user)
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * _PAGE / 2**20
+
+
+@dataclass(frozen=True)
+class _Counters:
+    t: float  # monotonic
+    process_s: float  # this process's CPU seconds (user+sys)
+    host_s: float  # the host's (or container's) CPU seconds
+
+
+def _counters() -> _Counters:
+    t = os.times()
+    return _Counters(time.monotonic(), t.user + t.system, _host_cpu_s())
+
+
+class WorkerStats:
+    """The sampler (see the module doc). `state()` gives what only the worker knows: `calls`, `engine_active`,
+    `engine_capacity`; `note_load(value, terms)` records each load the worker reports."""
+
+    def __init__(self, path: str | Path | None, state: Callable[[], dict[str, int]]) -> None:
+        self.path = Path(path) if path else None
+        self.state = state
+        self.cores = usable_cores()
+        self._probes: set[LoopProbe] = set()
+        self._lock = threading.Lock()
+        self._gc = _GcTimer()
+        self._gc_seen = (0, 0, 0.0)
+        self._history: deque[_Counters] = deque(maxlen=120)  # one per sample: the CPU windows are read from it
+        self._threads: dict[int, tuple[str, int]] = {}
+        self._load: dict[str, Any] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="worker_stats", daemon=True)
+
+    def start(self) -> None:
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        gc.callbacks.append(self._gc)
+        self._history.append(_counters())
+        self._threads = _read_threads()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        if self._gc in gc.callbacks:
+            gc.callbacks.remove(self._gc)
+
+    # -- what the worker calls
+    def watch_loop(self) -> LoopProbe:
+        """Probe the running loop (a call's); call `stop()` on the result from that loop when the call ends."""
+        probe = LoopProbe(asyncio.get_running_loop())
+        probe.start()
+        with self._lock:
+            self._probes.add(probe)
+        return probe
+
+    def note_load(self, value: float, terms: dict[str, float]) -> None:
+        self._load = {"load": round(value, 4), "load_terms": {k: round(v, 4) for k, v in terms.items()}}
+
+    def cpu_cores(self, window_s: float) -> float:
+        """This process's CPU over about the last `window_s` seconds (at least since the first sample), in cores."""
+        now, then = _counters(), self._since(window_s)
+        return (now.process_s - then.process_s) / (now.t - then.t) if now.t - then.t > 1e-3 else 0.0
+
+    def host_busy(self, window_s: float) -> float:
+        """The busy share of the cores this process may use, over about the last `window_s` seconds: everything on
+        the host (or in the container) counts, since it all competes for those cores."""
+        now, then = _counters(), self._since(window_s)
+        return (now.host_s - then.host_s) / ((now.t - then.t) * self.cores) if now.t - then.t > 1e-3 else 0.0
+
+    def _since(self, window_s: float) -> _Counters:
+        history = list(self._history)  # the sampler thread appends to it
+        now = time.monotonic()
+        return next((c for c in reversed(history) if now - c.t >= window_s), history[0])
+
+    # -- the sampler thread
+    def _run(self) -> None:
+        due = time.monotonic()
+        failed = False
+        while True:
+            due = max(due + SAMPLE_PERIOD_S, time.monotonic())  # a late sample shifts the schedule, never bunches
+            if self._stop.wait(due - time.monotonic()):
+                return
+            try:
+                record = self.sample()
+                if self.path is not None:
+                    with self.path.open("a") as f:
+                        f.write(json.dumps(record, separators=(",", ":")) + "\n")
+                failed = False
+            except Exception:  # a bad sample is logged once and the next one tried; it never stops the worker
+                if not failed:
+                    logger.exception("worker stats: sample failed")
+                failed = True
+
+    def sample(self) -> dict[str, Any]:
+        """One record (the module doc and docs/operations.md list its keys), covering the time since the last."""
+        t0 = time.perf_counter()
+        prev, now = self._history[-1], _counters()
+        self._history.append(now)
+        interval = max(now.t - prev.t, 1e-6)
+        threads, python_cores = self._thread_cpu(interval)
+        state = self.state()
+        record: dict[str, Any] = {
+            "t_wall": round(time.time(), 3),
+            "interval_s": round(interval, 3),
+            "cpu_s": round(now.process_s, 3),
+            "cpu_cores": round((now.process_s - prev.process_s) / interval, 3),
+            "cpu_python_cores": round(python_cores, 3),
+            "cpu_usable": self.cores,
+            "host_busy": round((now.host_s - prev.host_s) / (interval * self.cores), 3),
+            "threads": threads,
+            "loop_lag_ms": self._loop_lag(),
+            "gc": self._gc_interval(),
+            "rss_mb": round(_rss_mb(), 1),
+            "calls": state.get("calls", 0),
+            "engine": {"active": state.get("engine_active", 0), "capacity": state.get("engine_capacity", 0)},
+            **(self._load or {"load": None, "load_terms": {}}),
+        }
+        record["sampler_ms"] = round((time.perf_counter() - t0) * 1000.0, 3)
+        return record
+
+    def _thread_cpu(self, interval_s: float) -> tuple[dict[str, dict[str, float]], float]:
+        """CPU per thread kind over the interval: name -> {"n": threads, "cores": CPU s / s}; and the part of it
+        spent by threads Python started (they run Python under the GIL, except inside native calls)."""
+        python_names = {t.native_id: t.name for t in threading.enumerate()}
+        now = _read_threads()
+        groups: dict[str, dict[str, float]] = {}
+        python_ticks = 0
+        for tid, (comm, ticks) in now.items():
+            delta = ticks - self._threads.get(tid, (comm, 0))[1]
+            name = _NUMBERED.sub("", python_names.get(tid, comm)).strip()
+            group = groups.setdefault(name, {"n": 0, "cores": 0.0})
+            group["n"] += 1
+            group["cores"] += delta * _TICK_S / interval_s
+            if tid in python_names:
+                python_ticks += delta
+        self._threads = now
+        for group in groups.values():
+            group["cores"] = round(group["cores"], 3)
+        return groups, python_ticks * _TICK_S / interval_s
+
+    def _loop_lag(self) -> dict[str, Any]:
+        with self._lock:
+            probes = list(self._probes)
+            self._probes = {p for p in probes if p.running}
+        per_loop = [p.take() for p in probes]
+        lags = np.array([lag for loop in per_loop for lag in loop])
+        if lags.size == 0:
+            return {"loops": len(self._probes), "samples": 0, "p50": None, "p95": None, "p99": None, "max": None,
+                    "late_loops": 0}  # fmt: skip
+        p50, p95, p99 = np.percentile(lags, [50, 95, 99])
+        return {
+            "loops": len(self._probes),
+            "samples": int(lags.size),
+            "p50": round(float(p50), 2),
+            "p95": round(float(p95), 2),
+            "p99": round(float(p99), 2),
+            "max": round(float(lags.max()), 2),
+            "late_loops": sum(1 for loop in per_loop if loop and max(loop) >= LATE_LAG_MS),
+        }
+
+    def _gc_interval(self) -> dict[str, Any]:
+        gc_ = self._gc
+        pauses, gc_.pauses = gc_.pauses, []
+        count, gen2, total = gc_.count, gc_.gen2, gc_.total_ms
+        seen_count, seen_gen2, seen_total = self._gc_seen
+        self._gc_seen = (count, gen2, total)
+        return {
+            "count": count - seen_count,
+            "gen2": gen2 - seen_gen2,
+            "ms": round(total - seen_total, 3),
+            "max_ms": round(max(pauses), 3) if pauses else 0.0,
+        }
+
+
+_sampler: WorkerStats | None = None
+_sampler_lock = threading.Lock()
+
+
+def start(path: str | Path | None, state: Callable[[], dict[str, int]]) -> WorkerStats:
+    """The process's sampler, started on the first call (later calls return it; their arguments are ignored)."""
+    global _sampler
+    with _sampler_lock:
+        if _sampler is None:
+            _sampler = WorkerStats(path, state)
+            _sampler.start()
+        return _sampler
+
+
+def running() -> WorkerStats | None:
+    return _sampler

@@ -1,0 +1,167 @@
+"""The worker's sampler (agent/worker_stats.py): what each record holds, measured on this process for real: a loop
+that is blocked shows its lag, a collection shows as a GC pause, a busy thread shows under its name, the file gets
+one JSON line per sample."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from agent import worker_stats
+from agent.worker_stats import LoopProbe, WorkerStats, usable_cores
+
+KEYS = {
+    "t_wall", "interval_s", "cpu_s", "cpu_cores", "cpu_python_cores", "cpu_usable", "host_busy", "threads",
+    "loop_lag_ms", "gc", "rss_mb", "calls", "engine", "load", "load_terms", "sampler_ms",
+}  # fmt: skip
+
+
+def state() -> dict[str, int]:
+    return {"calls": 3, "engine_active": 2, "engine_capacity": 16}
+
+
+def spin(seconds: float) -> None:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+async def test_a_blocked_loop_shows_its_lag() -> None:
+    loop = asyncio.get_running_loop()
+    probe = LoopProbe(loop, period_s=0.05)
+    probe.start()
+    loop.call_soon(time.sleep, 0.2)  # blocks the loop before the probe's first wake (due in 50 ms) can run
+    await asyncio.sleep(0.4)
+    probe.stop()
+    lags = probe.take()
+    assert lags and max(lags) >= 150.0, lags  # the wake due at +50 ms ran after the 200 ms block: >= 150 ms late
+    assert not probe.running and probe.take() == []
+
+
+@pytest.fixture
+def manual(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sampler thread never samples by itself: the test's own sample() covers everything since start."""
+    monkeypatch.setattr(worker_stats, "SAMPLE_PERIOD_S", 3600.0)
+
+
+async def test_a_record_holds_every_field_and_measures_this_process(manual: None) -> None:
+    stats = WorkerStats(None, state)
+    stats.start()
+    try:
+        probe = stats.watch_loop()
+        busy = [threading.Thread(target=spin, args=(0.3,), name=f"busy-{i}") for i in range(2)]
+        for thread in busy:
+            thread.start()
+        for thread in busy:
+            thread.join()
+        gc.collect()
+        await asyncio.sleep(0.2)  # the probe wakes a few times
+        stats.note_load(0.45, {"calls": 0.5, "engine": 0.125, "cpu": 0.2})
+        record = stats.sample()
+        probe.stop()
+    finally:
+        stats.stop()
+    assert set(record) == KEYS
+    assert record["cpu_cores"] > 0 and record["cpu_python_cores"] > 0 and record["host_busy"] > 0
+    assert record["cpu_usable"] == usable_cores()
+    assert record["gc"]["count"] >= 1 and record["gc"]["gen2"] >= 1 and record["gc"]["ms"] > 0
+    assert record["loop_lag_ms"]["loops"] == 1 and record["loop_lag_ms"]["samples"] >= 2
+    assert record["calls"] == 3 and record["engine"] == {"active": 2, "capacity": 16}
+    assert record["load"] == 0.45 and record["load_terms"] == {"calls": 0.5, "engine": 0.125, "cpu": 0.2}
+    assert record["rss_mb"] > 10 and record["sampler_ms"] > 0
+
+
+def test_thread_cpu_is_grouped_by_python_name(manual: None) -> None:
+    stats = WorkerStats(None, state)
+    stats.start()
+    try:
+        done = threading.Event()
+
+        def work() -> None:
+            spin(0.25)
+            done.wait()  # alive at the sample, so its CPU is counted under its name
+
+        busy = [threading.Thread(target=work, name=f"busy-{i}") for i in range(2)]
+        for thread in busy:
+            thread.start()
+        time.sleep(0.6)
+        record = stats.sample()
+        done.set()
+        for thread in busy:
+            thread.join()
+    finally:
+        stats.stop()
+    group = record["threads"]["busy"]  # "busy-0" and "busy-1" are one kind
+    assert group["n"] == 2 and group["cores"] > 0
+    assert "MainThread" in record["threads"]
+
+
+def test_the_file_gets_one_json_line_per_sample(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(worker_stats, "SAMPLE_PERIOD_S", 0.1)
+    path = tmp_path / "sub" / "stats.jsonl"
+    stats = WorkerStats(path, state)
+    stats.start()
+    try:
+        deadline = time.monotonic() + 20
+        while (not path.exists() or len(path.read_text().splitlines()) < 3) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stats.stop()
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(rows) >= 3 and all(set(row) == KEYS for row in rows)
+    assert rows[0]["load"] is None  # no load reported yet
+    assert all(b["t_wall"] > a["t_wall"] and b["cpu_s"] >= a["cpu_s"] for a, b in zip(rows, rows[1:], strict=False))
+
+
+def test_a_failing_sample_is_logged_and_the_next_one_still_comes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(worker_stats, "SAMPLE_PERIOD_S", 0.05)
+    calls = {"n": 0}
+
+    def flaky() -> dict[str, int]:
+        calls["n"] += 1
+        if calls["n"] <= 3:
+            raise RuntimeError("state unavailable")
+        return state()
+
+    path = tmp_path / "stats.jsonl"
+    stats = WorkerStats(path, flaky)
+    stats.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stats.stop()
+    assert path.exists() and json.loads(path.read_text().splitlines()[0])["calls"] == 3
+    assert sum("sample failed" in r.getMessage() for r in caplog.records) == 1  # logged once, not per second
+
+
+def test_cpu_windows_measure_this_process_and_the_host(manual: None) -> None:
+    stats = WorkerStats(None, state)
+    before = time.monotonic()
+    stats.start()
+    try:
+        spin(0.3)  # 0.3 s of this thread's CPU
+        cores, busy = stats.cpu_cores(5.0), stats.host_busy(5.0)  # one sample so far: the window is since start
+    finally:
+        stats.stop()
+    window = time.monotonic() - before  # at least the window they measured over
+    assert cores * window >= 0.29  # the process used at least the spin's CPU (10 ms ticks)
+    assert busy * window * stats.cores >= 0.29  # and the host (or container) counted it too
+
+
+def test_usable_cores_follow_num_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NUM_CPUS", "3.5")
+    assert usable_cores() == 3.5
+    monkeypatch.delenv("NUM_CPUS")
+    import os
+
+    assert 0 < usable_cores() <= len(os.sched_getaffinity(0))
