@@ -16,15 +16,13 @@ Contract:
 - `verify(model_dir)` raises `CheckpointError` whose one-line message joins all problems with " | ".
   `tts_engine.model.loader.load_model` calls it before it reads a weight, so `Engine.load` (serve, simulate, the agent
   worker), `synthesize` and the benches all run it; `agent.preflight.check_weights` reports `diagnose`'s problems.
-- CLI: prints `ok: DIR (...)` and exits 0, or prints each problem as one `error:` line on stderr and exits 2.
+- Its command line: tts_engine/doctor_cli.py.
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -290,19 +288,3 @@ def _fmt(shape: tuple[int, ...]) -> str:
 
 def _cut(items: list[str]) -> str:
     return ", ".join(items[:_LIST]) + (f" and {len(items) - _LIST} more" if len(items) > _LIST else "")
-
-
-# ---- CLI ---------------------------------------------------------------------------------------------------------
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="checkpoint directory (real Hugging Face layout)")
-
-
-def run(args: argparse.Namespace) -> int:
-    diag = diagnose(args.model)
-    if diag.problems:
-        for problem in diag.problems:
-            print(f"error: {problem}", file=sys.stderr)
-        return 2
-    counts = ", ".join(f"{Path(p).relative_to(diag.model_dir)}: {n} tensors" for p, n in diag.tensors.items())
-    print(f"ok: {diag.model_dir} ({counts}; configs agree with every tensor shape)")
-    return 0
