@@ -10,7 +10,8 @@ import torch
 from tts_engine.runtime.metrics import EngineCounters
 from tts_engine.runtime.packetizer import Packetizer
 from tts_engine.runtime.slots import SlotState, SlotTable
-from tts_engine.runtime.text_rows import TextRows, TextTrack
+from tts_engine.runtime.text_rows import TextRows
+from tts_engine.runtime.text_track import TextTrack
 
 H = 4
 
