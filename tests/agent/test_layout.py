@@ -13,7 +13,7 @@ import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT_PACKAGES = ("agent", "tts_engine", "token_server", "envfile")
+PRODUCT_PACKAGES = ("agent", "tts_engine", "token_server", "envfile", "jsonbody")
 # tools inside product packages: they drive or measure the product, never run in a server or the worker
 TOOL_FOLDERS = ("tts_engine/bench", "agent/tools")
 LOOK_AT_LINES = 600
@@ -89,10 +89,14 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
             if len(component) > 1:
                 out.append(sorted(component))
 
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
-    for v in graph:
-        if v not in index:
-            visit(v)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10_000))
+    try:
+        for v in graph:
+            if v not in index:
+                visit(v)
+    finally:
+        sys.setrecursionlimit(limit)  # a raised limit left behind changed what later tests' parsers accept
     return out
 
 

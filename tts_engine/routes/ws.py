@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from typing import Any
 
 from aiohttp import WSMsgType, web
 
+import jsonbody
 from tts_engine.errors import EngineBusyError, TextTooLongError, TTSInputError
 from tts_engine.server_clients import CLIENT
 from tts_engine.server_errors import over_share_message
@@ -114,8 +114,8 @@ class TextWebSocket:
     async def _on_message(self, ws: web.WebSocketResponse, request: web.Request, raw: str,
                           current: _Utterance | None) -> _Utterance | None:
         try:
-            msg = json.loads(raw)
-        except (ValueError, RecursionError) as exc:  # bad JSON, too deeply nested, too many digits
+            msg = jsonbody.loads(raw)
+        except ValueError as exc:  # bad JSON, nested past jsonbody.MAX_DEPTH, too many digits
             await self._error(ws, f"message is not valid JSON: {exc}", "body")
             return current
         for key, value in msg.items() if isinstance(msg, dict) else ():
