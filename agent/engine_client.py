@@ -31,8 +31,6 @@ from typing import Any, Protocol
 import aiohttp
 import numpy as np
 
-SAMPLE_RATE = 24_000
-
 
 class PacketLike(Protocol):
     pcm: np.ndarray

@@ -46,7 +46,8 @@ from livekit import rtc
 from livekit.agents import DEFAULT_API_CONNECT_OPTIONS, APIConnectOptions, APIError, tts, utils
 
 from agent.bridge import BridgeOptions, TextBridge
-from agent.engine_client import SAMPLE_RATE, TTSBackend
+from agent.engine_client import TTSBackend
+from tts_engine.audio_format import SAMPLE_RATE
 from tts_engine.errors import TextFeedFull
 
 logger = logging.getLogger("agent.tts")

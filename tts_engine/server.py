@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 from aiohttp import web
 
+from tts_engine.audio_format import SAMPLE_RATE
 from tts_engine.errors import EngineBusyError, TTSInputError
 from tts_engine.routes.discovery import Discovery
 from tts_engine.routes.encode import AudioEncoder
@@ -62,7 +63,6 @@ from tts_engine.server_summaries import Summaries
 
 log = logging.getLogger("tts_engine.server")
 
-SAMPLE_RATE = 24_000
 REQUEST_FIELDS = (
     "text",
     "speaker",

@@ -18,7 +18,7 @@ from typing import Any
 import av
 import numpy as np
 
-SAMPLE_RATE = 24_000
+from tts_engine.audio_format import SAMPLE_RATE
 
 #: format -> (container, codec, MIME type), in the order OpenAI lists them
 FORMATS: dict[str, tuple[str, str, str]] = {

@@ -4,7 +4,7 @@ Protocol (JSON text messages from the client, JSON events and binary audio from 
 - `{"type": "start", "speaker", "language"?, "instruct"?, "packet_frames"?, "first_packet_frames"?, "seed"?,
   "max_frames"?, "layout"?}` opens an utterance (fields and checks as `POST /tts/stream`, without `text`; layout
   `segments` (default) or `tokens`, see below). The server answers
-  `{"type": "started", "request_id", "sample_rate": 24000, "format": "s16le", "channels": 1}`.
+  `{"type": "started", "request_id", "sample_rate": SAMPLE_RATE, "format": "s16le", "channels": 1}`.
 - `{"type": "text", "text": "..."}` adds a piece of text, cut anywhere. The engine cuts the text into segments as it
   arrives (tts_engine/text/segment.py, the agent's policy: a short starter first, then sentences and clauses) and
   speaks each as soon as it is complete, as one stream (runtime/chained.py); with layout `tokens` the text goes into
@@ -38,6 +38,7 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 import jsonbody
+from tts_engine.audio_format import SAMPLE_RATE
 from tts_engine.errors import EngineBusyError, TextTooLongError, TTSInputError
 from tts_engine.server_clients import CLIENT
 from tts_engine.server_errors import over_share_message
@@ -50,7 +51,6 @@ PATH = "/tts/ws"
 TYPES = ("start", "text", "end", "cancel")
 START_FIELDS = ("type", "speaker", "language", "instruct", "packet_frames", "first_packet_frames", "seed",
                 "max_frames", "layout")
-SAMPLES_PER_FRAME = 1920
 
 
 class _Utterance:
@@ -199,7 +199,7 @@ class TextWebSocket:
             status, field = (400, exc.field) if isinstance(exc, TTSInputError) else (503, None)
             await self._error(ws, str(exc), field, status)
             return None
-        await ws.send_json({"type": "started", "request_id": request_id, "sample_rate": 24000, "format": "s16le",
+        await ws.send_json({"type": "started", "request_id": request_id, "sample_rate": SAMPLE_RATE, "format": "s16le",
                             "channels": 1})
         utterance = _Utterance(stream, client)
         utterance.task = asyncio.create_task(self._pump(ws, request, utterance))
