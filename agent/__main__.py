@@ -5,6 +5,10 @@
   `python -m livekit.agents start agent/app.py` (`dev` adds `--dev`: colored DEBUG logs, no drain on exit).
 - `download-files`: LiveKit's own `python -m livekit.agents download-files` (the plugins' model files).
 - `simulate --turns N [--barge-in] --out DIR`: a complete call without a LiveKit server (agent/tools/simulate.py).
+- `standby --fifo PATH [COMMAND ...]`: a worker that has done its slow imports and waits for its supervisor's `go`
+  to run COMMAND (`start`) in place of a dead worker (agent/standby.py; scripts/run_worker.sh starts it).
+- `recover [--pid PID] [--reason TEXT]`: after a worker died: close its open turns (`worker_lost`) and take its
+  agents out of their rooms (agent/recovery.py; scripts/run_worker.sh runs it).
 - `console`, `connect`: accepted by LiveKit's deprecated CLI, refused here with a message that says why and what
   to use instead (exit 2).
 Heavy modules (the worker, torch) are imported only by the command that runs, so `--help` is instant.
@@ -26,6 +30,8 @@ COMMANDS = {  # one line each in --help
     "start": "run the worker in production mode (JSON logs; on SIGTERM calls drain for AGENT_DRAIN_TIMEOUT_S)",
     "download-files": "fetch the model files LiveKit's plugins need ahead of a start (none today: Silero's ships)",
     "simulate": "a complete call without LiveKit: espeak-ng speech, fake vLLM, the real engine (traces + summary)",
+    "standby": "a worker with its imports done, waiting for its supervisor's 'go' to replace a dead one",
+    "recover": "after a worker died: close its open turns as worker_lost and take its agents out of their rooms",
     "console": "not supported: says why (LiveKit's console replaces this agent's audio path) and what to use",
     "connect": "not supported: says why (rooms get this agent by dispatch) and how to dispatch it into a room",
 }
@@ -65,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("download-files", help=COMMANDS["download-files"], description=COMMANDS["download-files"])
     # its options belong to agent/tools/simulate.py, which loads the engine's modules: main() parses them there
     sub.add_parser("simulate", help=COMMANDS["simulate"], add_help=False)
+    # their options belong to agent/standby.py and agent/recovery.py: main() parses them there
+    sub.add_parser("standby", help=COMMANDS["standby"], add_help=False)
+    sub.add_parser("recover", help=COMMANDS["recover"], add_help=False)
     for name in REFUSALS:  # main() answers them whatever their options (LiveKit's had many)
         sub.add_parser(name, help=COMMANDS[name], add_help=False)
     return parser
@@ -74,6 +83,20 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["simulate"]:
         return _simulate(argv[1:])
+    if argv[:1] == ["standby"]:
+        from agent import standby
+
+        command = standby.wait_for_go(argv[1:])  # the worker's slow imports, then the supervisor's word
+        return 0 if command is None else main(command)
+    if argv[:1] == ["recover"]:
+        load_dotenv(os.environ.get("ENV_FILE") or ".env")
+        from agent import recovery
+
+        try:
+            return recovery.main(argv[1:])
+        except ConfigError as exc:
+            print(f"configuration error: {exc}", file=sys.stderr)
+            return 2
     if argv and argv[0] in REFUSALS:
         if {"-h", "--help"} & set(argv[1:]):
             print(REFUSALS[argv[0]])

@@ -19,11 +19,19 @@ to come back. A person who joins the same named room again gets a new identity:
   agent that no longer listened.
 Either way the person sat in a silent call. Following the newest caller, and staying until the room closes,
 they are heard at once.
+
+Closing: when LiveKit closes a room the agent waits in, the server tears down the agent's connection, and LiveKit's
+rtc SDK (1.1.21) may log "publisher data channel '<label>' closed unexpectedly" at ERROR, once per data channel,
+when the channels close before it has handled the server's leave message (a race: some hang-ups, not all). That
+is the room closing as designed, so `RoomClosingFilter` (on the `livekit` logger) turns exactly those records
+into INFO while a room of this process has no caller left; at any other time they stay ERROR.
 """
 
 from __future__ import annotations
 
 import logging
+import re
+import weakref
 from typing import Any
 
 from livekit import rtc
@@ -39,6 +47,21 @@ CALLER_KINDS = (
 )
 
 
+_followers: weakref.WeakSet[CallerFollower] = weakref.WeakSet()
+_CHANNEL_CLOSED = re.compile(r"publisher data channel '(_reliable|_lossy|_data_track)' closed unexpectedly$")
+
+
+class RoomClosingFilter(logging.Filter):
+    """The SDK's data-channel ERROR while a room waits for LiveKit to close it: INFO (see the module docstring)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.ERROR and _CHANNEL_CLOSED.search(record.getMessage()):
+            if any(f.linked is None for f in list(_followers)):
+                record.levelno, record.levelname = logging.INFO, "INFO"
+                record.msg, record.args = "%s (the room is closing: expected)", (record.getMessage(),)
+        return True
+
+
 def is_caller(participant: rtc.RemoteParticipant) -> bool:
     return participant.kind in CALLER_KINDS
 
@@ -52,6 +75,7 @@ class CallerFollower:
         self.linked: str | None = None
         room.on("participant_connected", self._on_joined)
         room.on("participant_disconnected", self._on_left)
+        _followers.add(self)
         self._follow()
 
     def _follow(self) -> None:
@@ -75,6 +99,13 @@ class CallerFollower:
         if participant.identity in self.joined:
             self.joined.remove(participant.identity)
             self._follow()
+
+
+def install_room_closing_filter() -> None:
+    """Once per process (the worker calls it at import)."""
+    rtc_logger = logging.getLogger("livekit")
+    if not any(isinstance(f, RoomClosingFilter) for f in rtc_logger.filters):
+        rtc_logger.addFilter(RoomClosingFilter())
 
 
 def follow_callers(room: rtc.Room, session: Any) -> CallerFollower | None:

@@ -285,6 +285,7 @@ class TraceCollector:
         self._pending_speech_start: float | None = None
         self._count = 0
         self.on_mark: Callable[[str, float], None] | None = None  # given to every new turn as its observer
+        self.on_open: Callable[[TurnTrace], None] | None = None  # called with each new turn (agent/journal.py)
         self._held: list[TurnTrace] = []  # earlier turns still open: their reply outlives the next turn's start
 
     # -- user side ---------------------------------------------------------------------------
@@ -315,6 +316,8 @@ class TraceCollector:
         turn.mark("vad_speech_end", t_end)
         self._pending_speech_start = None
         self.current = turn
+        if self.on_open is not None:
+            self.on_open(turn)
         return turn
 
     def wall(self, t: float) -> float:
@@ -355,12 +358,17 @@ class TraceCollector:
 
     def _append(self, record: dict[str, Any]) -> None:
         assert self.traces_dir is not None
-        path = self.traces_dir / f"{dt.datetime.now(dt.UTC):%Y-%m-%d}.jsonl"
-        line = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
-        try:
-            with _file_lock:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                with path.open("a", encoding="utf-8") as fh:
-                    fh.write(line)
-        except OSError as exc:  # a full disk must not end a call
-            logger.warning("cannot write trace %s to %s: %s", record["turn_id"], path, exc)
+        append_record(self.traces_dir, record)
+
+
+def append_record(traces_dir: Path, record: dict[str, Any]) -> None:
+    """Append one record to `<traces_dir>/<UTC date>.jsonl` (also used for a dead worker's turn: agent/journal.py)."""
+    path = traces_dir / f"{dt.datetime.now(dt.UTC):%Y-%m-%d}.jsonl"
+    line = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
+    try:
+        with _file_lock:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("a", encoding="utf-8") as fh:
+                fh.write(line)
+    except OSError as exc:  # a full disk must not end a call
+        logger.warning("cannot write trace %s to %s: %s", record["turn_id"], path, exc)

@@ -19,12 +19,19 @@ the LiveKit CLI's `lk agent dev|start agent/app.py` runs the same). No deprecate
   `python -m tts_engine serve` (for deployments that put TTS on its own GPU).
 - Each job: connect (audio only), build `agent.voice.Call` with our audio output publishing its own
   track, start the AgentSession on the room, follow the newest caller in it (`agent.callers`; the job ends
-  when LiveKit closes the room), write traces to `TRACES_DIR`.
+  when LiveKit closes the room), write traces to `TRACES_DIR`, and keep the call's open turns in its journal
+  (`agent.journal`), so a worker that dies leaves its turns closed as `worker_lost` by whoever recovers it.
+- A job that the token server's agent guard dispatched to replace a lost agent (its metadata says why:
+  `token_server/agent_guard.py`) first tells the caller so, in one short sentence.
+- At start-up the worker recovers the calls of workers that died on this machine with no supervisor watching
+  (`agent.recovery`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import json
 import logging
 import os
 import sys
@@ -37,11 +44,13 @@ from livekit.agents import AgentServer, AutoSubscribe, JobContext, JobExecutorTy
 # LiveKit plugins must be registered on the main thread: the modules that import them (agent.vad: Silero;
 # agent.voice: the rest) are imported here, at module import, never first inside prewarm/entrypoint (job threads).
 from agent import livekit_internals, worker_stats
-from agent.callers import follow_callers
+from agent.callers import follow_callers, install_room_closing_filter
 from agent.config import AgentConfig
 from agent.engine_client import LocalBackend, RemoteBackend, TTSBackend
+from agent.journal import CallJournal
 from agent.local.defaults import RANDOM_WEIGHTS_WARNING, ensure_random_checkpoint
 from agent.process_tuning import tune_runtime
+from agent.recovery import recover_dead_calls
 from agent.trace_otel import check_env as check_otel
 from agent.trace_otel import flush as flush_spans
 from agent.trace_otel import install_from_env as install_otel
@@ -49,6 +58,13 @@ from agent.vad import load_vad
 from agent.voice import Call
 
 logger = logging.getLogger("agent.worker")
+install_room_closing_filter()  # a room LiveKit closes is no ERROR in this log (agent/callers.py)
+
+#: what a replacement agent says first (the dispatch metadata's reason: token_server/agent_guard.py)
+RECOVERY_LINES = {
+    "agent_lost": "Sorry, I was cut off and lost our conversation. Could you say that again?",
+    "no_agent": "Sorry to keep you waiting. I'm here now; go ahead.",
+}
 
 APP_FILE = Path(__file__).with_name("app.py")  # the module LiveKit's CLI discovers `server` in
 LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARN", "ERROR", "CRITICAL")
@@ -145,6 +161,16 @@ async def entrypoint(ctx: JobContext) -> None:
         vad = load_vad(cfg.vad_silence_ms, cfg.vad_quiet_db)
     await ctx.connect(auto_subscribe=AutoSubscribe.AUDIO_ONLY)
     call = Call(cfg, vad=vad, backend=backend, session_id=f"{ctx.room.name}-{ctx.job.id[-6:]}")
+    journal = None
+    if cfg.traces_dir:
+        journal = CallJournal(
+            cfg.traces_dir,
+            room=ctx.room.name,
+            agent_identity=ctx.room.local_participant.identity,
+            job_id=ctx.job.id,
+            session_id=call.session_id,
+        )
+        journal.watch(call.collector)
     with _lock:
         _active_calls += 1
     stats = worker_stats.running()
@@ -156,14 +182,50 @@ async def entrypoint(ctx: JobContext) -> None:
             _active_calls -= 1
         if probe is not None:
             probe.stop()
-        await call.aclose()  # controller, session (idempotent), audio output, STT client; then trims the C heap
+        try:
+            await call.aclose()  # controller, session (idempotent), audio output, STT client; then trims the C heap
+        finally:
+            if journal is not None:
+                journal.close()  # the collector wrote every record: nothing is left open
         flush_spans()  # the call's last turn, before a job process may exit
+        left = await tasks_left_running()
+        if left:  # the fault drills read this line: a call must leave nothing of ours behind
+            logger.warning("call %s closed with %d task(s) of ours still running: %s", call.session_id, len(left),
+                           ", ".join(left))  # fmt: skip
 
     ctx.add_shutdown_callback(on_shutdown)
     await call.start(room=ctx.room)
     follow_callers(ctx.room, call.session)  # the job ends when LiveKit closes the room (agent/callers.py)
     await ctx.room.local_participant.set_attributes(voice_attributes(cfg))
-    logger.info("call %s started in room %s", call.session_id, ctx.room.name)
+    reason = recovery_reason(ctx.job.metadata)
+    if reason is not None:
+        call.session.say(RECOVERY_LINES.get(reason, RECOVERY_LINES["agent_lost"]))
+    logger.info("call %s started in room %s%s", call.session_id, ctx.room.name, f" ({reason})" if reason else "")
+
+
+async def tasks_left_running(settle_s: float = 0.2) -> list[str]:
+    """Names of this job's tasks that run our code (agent/) and are still pending a moment after the call closed."""
+    await asyncio.sleep(settle_s)
+    ours = str(Path(__file__).resolve().parent)
+    left = []
+    for task in asyncio.all_tasks():
+        code = getattr(task.get_coro(), "cr_code", None)
+        if task is asyncio.current_task() or task.done() or code is None:
+            continue
+        if code.co_filename.startswith(ours):
+            left.append(task.get_name())
+    return left
+
+
+def recovery_reason(metadata: str) -> str | None:
+    """Why the agent guard dispatched this job (`{"voice_agent": {"recovery": REASON}}`), or None."""
+    try:
+        data = json.loads(metadata) if metadata else None
+    except ValueError:
+        return None
+    section = data.get("voice_agent") if isinstance(data, dict) else None
+    reason = section.get("recovery") if isinstance(section, dict) else None
+    return reason if isinstance(reason, str) and reason else None
 
 
 def voice_attributes(cfg: AgentConfig) -> dict[str, str]:
@@ -254,7 +316,8 @@ def run_cli(*, dev: bool, log_level: str | None = None, url: str | None = None, 
     `log_level` defaults to LIVEKIT_LOG_LEVEL, else DEBUG in dev and INFO in production (as LiveKit's own CLI)."""
     from livekit.agents.__main__ import main as livekit_main
 
-    check_startup()  # with our messages, before LiveKit's discovery imports agent/app.py (which checks again)
+    cfg = check_startup()  # with our messages, before LiveKit's discovery imports agent/app.py (which checks again)
+    recover_dead_calls(cfg, reason="found at the next worker's start-up")  # workers that died with no supervisor
     level = (log_level or os.environ.get("LIVEKIT_LOG_LEVEL") or ("DEBUG" if dev else "INFO")).upper()
     argv = ["start", str(APP_FILE), "--log-level", level, "--log-format", "colored" if dev else "json"]
     if dev:

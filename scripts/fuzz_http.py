@@ -46,7 +46,6 @@ FIELD_NAMES = ["text", "speaker", "language", "instruct", "seed", "max_frames", 
                "participant_identity", "participant_name", "participant_metadata", "participant_attributes",
                "room_config"]
 API_KEY = "fuzz-key-0123456789"  # the TTS server runs with this TTS_API_KEY
-OPENAI_SHAPE = ("/v1/audio/speech",)
 RAW_TYPES = ["application/json", "text/plain", "application/x-www-form-urlencoded", "multipart/form-data",
              "application/json; charset=latin-1", ""]
 

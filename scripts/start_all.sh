@@ -7,16 +7,21 @@
 #   local_llm  llama.cpp + SmolLM2 (python -m agent.local.llm_server) when LLM_BASE_URL is empty and LLM_LOCAL!=1
 #   tts        standalone TTS server (scripts/run_tts_server.sh)   only when TTS_STANDALONE=1
 #   token      token + web server (python -m token_server)         unless TOKEN_SERVER=0
-#   agent      LiveKit agent worker (python -m agent start)        unless AGENT=0
+#   agent      LiveKit agent worker (python -m agent start) under scripts/run_worker.sh, which restarts it when
+#              it dies and recovers its calls (AGENT_SUPERVISE=0: the bare command)   unless AGENT=0
 # Embedded defaults (agent/local/): an empty LIVEKIT_URL / LLM_BASE_URL selects the local server above; the
 # worker resolves the same empty values to the same local URLs (LIVEKIT_PORT 7880, LOCAL_LLM_PORT 8012), and
 # the token server is handed the local LiveKit URL. The local LiveKit server takes its key pair from
-# LIVEKIT_API_KEY / LIVEKIT_API_SECRET (.env) through a key file in RUN_DIR (mode 600, never on a command line).
+# LIVEKIT_API_KEY / LIVEKIT_API_SECRET (.env) through a key file in RUN_DIR (mode 600, never on a command line),
+# and its config is LIVEKIT_CONFIG_FILE (scripts/local/livekit.yaml) plus, when the token server runs, a webhook to the
+# token server's agent guard (RUN_DIR/livekit.yaml: LiveKit tells the guard when an agent leaves a room;
+# token_server/agent_guard.py).
 #
 # Each service runs in its own session/process group. Its pid file run/<svc>.pid holds "PID STARTTIME"
 # (STARTTIME = field 22 of /proc/PID/stat), so a pid that the kernel has since handed to another program
 # is never signalled. stop signals that process group only (SIGTERM, then SIGKILL after STOP_TIMEOUT):
-# never a process name, never pkill. Logs go to logs/<svc>.log (the previous run's log is kept as .1).
+# never a process name, never pkill. Logs go to logs/<svc>.log; a start rotates the earlier ones to .1 .. .LOG_KEEP
+# (5), so a crashed run's log survives several restarts (the worker's own restarts append to the same log).
 # start waits for each service's health URL (with a timeout) before starting the next one and, on a
 # failure, prints the log tail, stops what this invocation started and exits 1.
 #
@@ -27,9 +32,10 @@
 #   <SVC>_START_TIMEOUT    seconds to wait for health (llm 900, tts 300, token 30, agent 180)
 #   AGENT_READY_LINE       the agent is up once its health URL answers AND its log has this line (default
 #                          "registered worker": registered with LiveKit, so a new room gets it); empty: URL only
-#   STOP_TIMEOUT (20), HEALTH_TIMEOUT per probe (3), RUN_DIR (run), LOG_DIR (logs), PYTHON (.venv/bin/python)
+#   STOP_TIMEOUT (20), HEALTH_TIMEOUT per probe (3), RUN_DIR (run), LOG_DIR (logs), LOG_KEEP (5), PYTHON (.venv/bin/python)
 #   KEEP_ON_FAILURE=1      leave already-started services running when a later one fails
 # Exit status: 0 ok; 1 a start/stop failed; 2 usage; 3 status found an enabled service down or unhealthy.
+# status prints a service that this configuration does not use as `off (not used)`.
 . "$(dirname "$0")/lib/help.sh" && show_help_if_asked "$0" "${1:-}"  # --help: the header above, nothing started
 set -uo pipefail
 
@@ -52,6 +58,7 @@ if [ -z "${PYTHON:-}" ]; then
 fi
 STOP_TIMEOUT=${STOP_TIMEOUT:-20}
 HEALTH_TIMEOUT=${HEALTH_TIMEOUT:-3}
+LOG_KEEP=${LOG_KEEP:-5}
 TTS_PORT=${TTS_PORT:-9000}
 TOKEN_SERVER_PORT=${TOKEN_SERVER_PORT:-3000}
 AGENT_HTTP_PORT=${AGENT_HTTP_PORT:-8081}
@@ -63,9 +70,11 @@ LIVEKIT_UDP_PORTS=${LIVEKIT_UDP_PORTS:-50100-50200}
 LOCAL_LLM_PORT=${LOCAL_LLM_PORT:-8012}
 LIVEKIT_VERSION=1.13.5
 LIVEKIT_BIN=${LIVEKIT_BIN:-${TOOLS_DIR:-$ROOT/.tools}/livekit-server-$LIVEKIT_VERSION/livekit-server}
+# (not LIVEKIT_CONFIG: livekit-server itself reads that variable, as the config's YAML text)
+LIVEKIT_CONFIG_FILE=${LIVEKIT_CONFIG_FILE:-$ROOT/scripts/local/livekit.yaml}
 export LIVEKIT_PORT LOCAL_LLM_PORT
 
-for n in STOP_TIMEOUT HEALTH_TIMEOUT TTS_PORT TOKEN_SERVER_PORT AGENT_HTTP_PORT LIVEKIT_PORT LIVEKIT_TCP_PORT LOCAL_LLM_PORT; do
+for n in STOP_TIMEOUT HEALTH_TIMEOUT LOG_KEEP TTS_PORT TOKEN_SERVER_PORT AGENT_HTTP_PORT LIVEKIT_PORT LIVEKIT_TCP_PORT LOCAL_LLM_PORT; do
   [[ ${!n} =~ ^[0-9]+$ ]] || { err "$n=${!n} is not a whole number"; exit 2; }
 done
 [[ $LIVEKIT_UDP_PORTS =~ ^([0-9]+)-([0-9]+)$ ]] || { err "LIVEKIT_UDP_PORTS=$LIVEKIT_UDP_PORTS is not a range like 50100-50200"; exit 2; }
@@ -93,7 +102,7 @@ svc_switch() {
 svc_cmd() {
   case $1 in
     livekit)
-      echo "${LIVEKIT_CMD:-$LIVEKIT_BIN --config $ROOT/scripts/local/livekit.yaml --key-file $RUN_DIR/livekit-keys.yaml \
+      echo "${LIVEKIT_CMD:-$LIVEKIT_BIN --config $RUN_DIR/livekit.yaml --key-file $RUN_DIR/livekit-keys.yaml \
 --port $LIVEKIT_PORT --rtc.tcp_port $LIVEKIT_TCP_PORT --rtc.port_range_start $LIVEKIT_UDP_START \
 --rtc.port_range_end $LIVEKIT_UDP_END}" ;;
     local_llm) echo "${LOCAL_LLM_CMD:-$PYTHON -m agent.local.llm_server --port $LOCAL_LLM_PORT}" ;;
@@ -104,7 +113,9 @@ svc_cmd() {
       # host and port come from TOKEN_SERVER_HOST / TOKEN_SERVER_PORT (the token server reads them itself)
       local url=""; [ "$LIVEKIT_IS_LOCAL" = 1 ] && url="env LIVEKIT_URL=ws://127.0.0.1:$LIVEKIT_PORT "
       echo "${TOKEN_CMD:-$url$PYTHON -m token_server$dev}" ;;
-    agent) echo "${AGENT_CMD:-$PYTHON -m agent start}" ;;
+    agent)  # run_worker.sh's own default command is `$PYTHON -m agent start` (and only with it, it keeps a standby)
+      if [ "${AGENT_SUPERVISE:-1}" != 1 ]; then echo "${AGENT_CMD:-$PYTHON -m agent start}"
+      else echo "bash $ROOT/scripts/run_worker.sh${AGENT_CMD:+ $AGENT_CMD}"; fi ;;
   esac
 }
 local_host() {  # where to probe a server bound to $1: loopback for wildcard/empty binds
@@ -209,12 +220,28 @@ prepare_livekit() {  # the binary exists and the key pair from .env is in a priv
     return 1
   fi
   (umask 077 && printf '%s: %s\n' "$LIVEKIT_API_KEY" "$LIVEKIT_API_SECRET" >"$RUN_DIR/livekit-keys.yaml")
+  # the local config, plus LiveKit's webhook to the token server's agent guard (signed with the key pair)
+  cp "$LIVEKIT_CONFIG_FILE" "$RUN_DIR/livekit.yaml"
+  if svc_enabled token; then
+    printf 'webhook:\n  api_key: %s\n  urls:\n    - http://%s:%s/api/livekit/webhook\n' "$LIVEKIT_API_KEY" \
+      "$(local_host "${TOKEN_SERVER_HOST:-}")" "$TOKEN_SERVER_PORT" >>"$RUN_DIR/livekit.yaml"
+  fi
+}
+
+rotate_log() {  # logs/<svc>.log -> .1, .1 -> .2, ... keeping LOG_KEEP old logs
+  local log=$1 i
+  [ -f "$log" ] || return 0
+  rm -f "$log.$LOG_KEEP"
+  for ((i = LOG_KEEP - 1; i >= 1; i--)); do [ -f "$log.$i" ] && mv -f "$log.$i" "$log.$((i + 1))"; done
+  if ((LOG_KEEP > 0)); then mv -f "$log" "$log.1"; else rm -f "$log"; fi
 }
 
 # A service whose health URL answers before it can serve. The agent worker's HTTP server is up seconds before
 # the worker has registered with LiveKit (prewarm loads the engine first), and a room created in between gets no
 # agent: LiveKit dispatches once, when the room is created ("no worker is available" in its log).
 AGENT_READY_LINE=${AGENT_READY_LINE-registered worker}
+export AGENT_READY_LINE PYTHON  # scripts/run_worker.sh reads them: a restart counts once the worker registered
+export WORKER_PID_FILE=$RUN_DIR/agent.worker.pid  # and writes the running worker's pid there (the pid file names it)
 svc_ready() {
   case $1 in
     agent) [ -z "$AGENT_READY_LINE" ] || grep -qF -- "$AGENT_READY_LINE" "$2" ;;
@@ -247,7 +274,7 @@ start_one() {
   cmd=$(svc_cmd "$svc")
   timeout=$(svc_timeout "$svc") || exit 2
   log=$(log_file "$svc")
-  [ -f "$log" ] && mv -f "$log" "$log.1"
+  rotate_log "$log"
   printf '[start_all] %s starting: %s\n' "$(date -Is)" "$cmd" >"$log"
   say "$svc: starting: $cmd (log: ${log#"$ROOT"/})"
   # setsid: own session and process group (pid == pgid), so stop can signal exactly this tree
@@ -362,7 +389,13 @@ cmd_status() {
       fi
     else
       pid=-
-      if [ "$rc" = 2 ]; then state=stale; else state=down; fi
+      if [ "$rc" = 2 ]; then
+        state=stale; health="(its process died; 'start_all.sh start $svc' starts it again)"
+      elif [ "$enabled" = no ]; then
+        state=off; health="(not used: $(svc_switch "$svc") enables it)"
+      else
+        state=down
+      fi
       [ "$enabled" = yes ] && bad=1
     fi
     printf '%-9s %-8s %-8s %-8s %-11s %s\n' "$svc" "$state" "$pid" "$enabled" "$uptime" "$health"

@@ -120,7 +120,9 @@ def _env_example_keys() -> set[str]:
     return {line.split("=", 1)[0] for line in text.splitlines() if line and not line.startswith("#") and "=" in line}
 
 
-@pytest.mark.parametrize("module", ["agent/config.py", "tts_engine/config.py", "token_server/config.py"])
+@pytest.mark.parametrize(
+    "module", ["agent/config.py", "tts_engine/config.py", "token_server/config.py", "token_server/agent_guard.py"]
+)
 def test_every_variable_read_is_documented_in_env_example(module: str) -> None:
     import re
     from pathlib import Path

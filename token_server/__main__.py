@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     # heavy (aiohttp, livekit-api): imported after the arguments are parsed, so --help works without them
     from aiohttp import web
 
+    from token_server.agent_guard import GuardConfig
     from token_server.app import create_app
     from token_server.static import vendor_installed
 
@@ -49,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         load_dotenv(args.env_file)
         config = ServerConfig.from_env(dev=args.dev, host=args.host, port=args.port)
+        guard = GuardConfig.from_env()
     except ConfigError as exc:
         print(f"token_server: configuration error: {exc}", file=sys.stderr)
         return 2
@@ -68,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         ", ".join(config.allowed_origins) or "same-origin only",
     )
     try:
-        web.run_app(create_app(config), host=config.host, port=config.port, print=_print_listening)
+        web.run_app(create_app(config, guard=guard), host=config.host, port=config.port, print=_print_listening)
     except OSError as exc:
         print(f"token_server: cannot listen on {config.host}:{config.port}: {exc.strerror}", file=sys.stderr)
         return 2

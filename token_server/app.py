@@ -9,6 +9,8 @@ Routes:
   400/403/413/415 {"error", "field"}; over the per-client limit -> 429 with Retry-After; any other method -> 405.
 - `GET /api/config` -> what the page needs before joining: LiveKit URL, agent name, the agent's VAD hangover.
 - `GET /healthz` -> {"status": "ok", "livekit_client": bool}.
+- `POST /api/livekit/webhook` -> LiveKit's webhooks for the agent guard (agent_guard.py: a room whose agent
+  left or never came gets one dispatched again); 401 unless signed with this server's key pair.
 - `GET /openapi.json` -> the OpenAPI document of all of this (openapi.py, one dict per route).
 - `GET /vendor/<file>` -> the pinned livekit-client build; `GET /<path>` -> files of web/ (see static.py).
 
@@ -28,6 +30,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 import jsonbody
+from token_server import agent_guard
 from token_server.config import ServerConfig
 from token_server.ratelimit import RateLimiter
 from token_server.static import (
@@ -48,7 +51,9 @@ LIMITER_KEY = web.AppKey("limiter", RateLimiter)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def create_app(config: ServerConfig, *, limiter: RateLimiter | None = None) -> web.Application:
+def create_app(
+    config: ServerConfig, *, limiter: RateLimiter | None = None, guard: agent_guard.GuardConfig | None = None
+) -> web.Application:
     app = web.Application(middlewares=[_errors_as_json, _cors_guard], client_max_size=MAX_BODY_BYTES)
     app[CONFIG_KEY] = config
     app[LIMITER_KEY] = limiter or RateLimiter(config.rate_limit_per_min, 60.0)
@@ -58,6 +63,7 @@ def create_app(config: ServerConfig, *, limiter: RateLimiter | None = None) -> w
     app.router.add_get("/healthz", handle_health)
     app.router.add_get("/openapi.json", handle_openapi)
     app.router.add_get("/vendor/{name}", handle_vendor)
+    agent_guard.install(app, config, guard)  # before the page route, which would take any path
     # the page route leaves /api/ alone, so a wrong method there is a 405 and an unknown endpoint a 404
     app.router.add_get(r"/{path:(?!api/).*}", handle_page)
     app.on_response_prepare.append(_add_headers)

@@ -119,6 +119,21 @@ ROUTES: dict[str, dict[str, Any]] = {
         },
         "options": PREFLIGHT,
     },
+    "/api/livekit/webhook": {
+        "post": {
+            "summary": "LiveKit's webhooks for the agent guard (a room whose agent left or never came gets one again)",
+            "parameters": [{"name": "Authorization", "in": "header", "required": False, "schema": {"type": "string"},
+                            "description": "a JWT signed with the API key pair; its sha256 claim hashes the body"}],
+            "requestBody": {"required": False, "content": {"application/webhook+json": {"schema": {"type": "object"}}}},
+            "responses": {
+                "200": {"description": "taken", "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["status"]}}}},
+                "401": _error("not signed with this server's LiveKit key pair, or the body does not match its hash"),
+                "403": FORBIDDEN,
+                "413": _error("body over 16 KiB"),
+            },
+        },
+    },
     "/healthz": {"get": {"summary": "liveness", "responses": {"200": {"description": "ok", "content": {
         "application/json": {"schema": {"type": "object", "required": ["status", "livekit_client"]}}}}}}},
     "/openapi.json": {"get": {"summary": "this document", "responses": {"200": {"description": "OpenAPI 3.0",

@@ -1,4 +1,4 @@
-"""Checkpoint doctor: `python -m tts_engine check --model DIR` (and the first thing every engine load runs).
+"""Checkpoint doctor: the first thing every engine load runs, and `python -m tts_engine check` (doctor_cli.py).
 
 Contract:
 - `diagnose(model_dir) -> Diagnosis` reads only configs and safetensors *headers* (through `safetensors.safe_open`,
@@ -16,7 +16,6 @@ Contract:
 - `verify(model_dir)` raises `CheckpointError` whose one-line message joins all problems with " | ".
   `tts_engine.model.loader.load_model` calls it before it reads a weight, so `Engine.load` (serve, simulate, the agent
   worker), `synthesize` and the benches all run it; `agent.preflight.check_weights` reports `diagnose`'s problems.
-- Its command line: tts_engine/doctor_cli.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""`python -m tts_engine check --model DIR`: the checkpoint doctor's command line (tts_engine/doctor.py).
+"""`python -m tts_engine check --model DIR`: the checkpoint doctor's command line (doctor.py does the work).
 
-Contract: prints `ok: DIR (...)` and exits 0, or prints each problem as one `error:` line on stderr and exits 2.
-Only the standard library at the top, so `--help` works before torch or safetensors load.
+- Prints `ok: DIR (...)` and exits 0, or each problem as one `error:` line on stderr and exits 2.
+- Standard library only at the top: `--help` works where torch is missing.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tts_engine.doctor import diagnose  # heavy (torch, safetensors): imported once the arguments are parsed
+    from tts_engine.doctor import diagnose  # torch and safetensors: after --help, only to do the work
 
     diag = diagnose(args.model)
     if diag.problems:

@@ -70,8 +70,7 @@ from tts_engine.runtime.stream import (
     StreamOverflowError,
     StreamRequest,
 )
-from tts_engine.runtime.text_feed import TextFeed
-from tts_engine.runtime.text_stream import TokenTextStream
+from tts_engine.runtime.text_feed import TextFeed, TokenTextStream
 
 __all__ = ["Engine", "EngineClosedError", "Packet", "StreamHandle", "StreamMetrics", "StreamOverflowError"]
 
@@ -306,7 +305,7 @@ class Engine:
         - layout "segments": the text is cut into segments as it arrives (text/segment.StreamSegmenter), each spoken
           whole as an engine stream of its own, all one `ChainedStream` (runtime/chained.py).
         - layout "tokens": one engine stream in the model's streaming-text layout, one text token joining each frame
-          step (`TokenTextStream`, runtime/text_stream.py); it is submitted once its first token is known, and the
+          step (`TokenTextStream`, runtime/text_feed.py); it is submitted once its first token is known, and the
           worker parks it while its text runs dry (runtime/text_rows.py)."""
         if layout not in LAYOUTS:
             raise TTSInputError(f"layout={layout!r} is not allowed; allowed values: {', '.join(LAYOUTS)}",

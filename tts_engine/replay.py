@@ -36,6 +36,5 @@ def decode_codes(decoder: torch.nn.Module, codes: np.ndarray, mode: str = "singl
 
 
 def load_decoder(model_dir: str | Path, device: str = "auto") -> torch.nn.Module:
-
     folder = Path(model_dir) / "speech_tokenizer"
     return CodecDecoder.from_pretrained(folder, resolve_device(device))

@@ -1,11 +1,9 @@
-"""Offline synthesis of one text to a 24 kHz mono 16-bit WAV, behind `python -m tts_engine synthesize`.
+"""Offline synthesis of one text to a 24 kHz mono 16-bit WAV, behind `python -m tts_engine synthesize` (its command
+line: synthesize_cli.py).
 
-Contract: `synthesize(args)` loads the checkpoint (`--model`), generates codes frame by frame with `CodeGenerator`
-(greedy by default, `--sample` uses generation_config.json's sampling with `--seed`), decodes them with the codec
-decoder's streaming step in fixed chunks (an exact continuation of the single-pass decode), and writes exactly
-frames x 1920 samples. Progress goes to stderr about once a second, so long texts show that work is happening.
-Positions per stream (prompt + frames): `TTS_DEEP_STREAM_MAX_POSITIONS`, default 4,096 here (one offline stream can
-afford more than each of the server's many slots, whose default is 768). Its command line: synthesize_cli.py.
+- Loads the checkpoint, generates codes frame by frame with `CodeGenerator` (greedy, or sampled with a seed),
+  decodes them with the codec decoder's streaming step in fixed chunks (an exact continuation of the single-pass
+  decode) and writes exactly frames x 1920 samples; progress to stderr about once a second.
 """
 
 from __future__ import annotations
@@ -29,6 +27,7 @@ DEFAULT_MAX_POSITIONS = 4096
 
 
 def synthesize(args: argparse.Namespace) -> int:
+    """The command's work, its arguments parsed (synthesize_cli.py): the WAV written, 0 returned."""
     max_positions = Env().int("TTS_DEEP_STREAM_MAX_POSITIONS", DEFAULT_MAX_POSITIONS, lo=128, hi=32768)
     text = Path(args.text_file).read_text(encoding="utf-8") if args.text_file else args.text
     start = time.monotonic()

@@ -1,8 +1,12 @@
 """`python -m tts_engine synthesize`: offline synthesis of one text to a 24 kHz mono 16-bit WAV.
 
-Contract: the arguments, with only the standard library at the top, so `--help` works before numpy or torch load;
-`run` imports the synthesis (tts_engine/synthesize.py) and runs it. Bad input (unknown speaker/language, empty text,
-missing checkpoint, a bad TTS_* value) prints one line naming the problem and exits with status 2.
+Contract: loads the checkpoint (`--model`), generates codes frame by frame with `CodeGenerator` (greedy by default,
+`--sample` uses generation_config.json's sampling with `--seed`), decodes them with the codec decoder's streaming
+step in fixed chunks (an exact continuation of the single-pass decode), and writes exactly frames x 1920 samples.
+Progress goes to stderr about once a second, so long texts show that work is happening. Bad input (unknown
+speaker/language, empty text, missing checkpoint, a bad TTS_* value) prints one line naming the problem and exits
+with status 2. Positions per stream (prompt + frames): `TTS_DEEP_STREAM_MAX_POSITIONS`, default 4,096 here (one
+offline stream can afford more than each of the server's many slots, whose default is 768).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tts_engine.synthesize import synthesize  # heavy (numpy, torch): imported once the arguments are parsed
+    from tts_engine.synthesize import synthesize  # torch and the model: after --help, only to do the work
 
     try:
         return synthesize(args)

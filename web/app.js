@@ -8,16 +8,33 @@
 // PlaybackGate, which closes when the agent says it cut its reply (data topic "voice_agent.cut",
 // agent/cut_notice.py) and opens when it speaks again, so a barge-in silences the agent here within a few ms
 // instead of after WebRTC's buffers drain. The agent's meter listens after the gate: it measures what is heard.
+// The agent's presence (AgentWatch below): the page follows the newest agent in the room, says so when it is lost
+// ("reconnecting": the token server's agent guard dispatches a new one) and never waits without a bound: after
+// AGENT_JOIN_WAIT_MS / AGENT_RETURN_WAIT_MS it says what to do. "speaking" is shown only while the agent's audio
+// arrives (its RTP packets), so a dead agent stops "speaking" within AUDIO_SILENT_MS + AUDIO_POLL_MS.
 // `window.voiceCall` exposes the live state for the browser tests and for debugging in the console.
 
 import { LevelMeters, PlaybackGate } from "./audio.js";
-import { renderLatency, renderLevel, showTranscriptChunk } from "./view.js";
+import { renderAgentState, renderLatency, renderLevel, showTranscriptChunk } from "./view.js";
 import { AudioActivity, EnergyVad, TurnLatencyTracker } from "./stats.js";
 
 const LK = window.LivekitClient;
 const AGENT_STATE = "lk.agent.state";
 const CUT_TOPIC = "voice_agent.cut";
-const WAITING_FOR_AGENT = "Connected. Waiting for the agent to join…";
+const AGENT_JOIN_WAIT_MS = 20_000; // no agent since Join: say what to do (the server's agent guard keeps trying)
+const AGENT_RETURN_WAIT_MS = 30_000; // the agent was lost and none came back (the worker restarts in ~15-25 s)
+const AUDIO_SILENT_MS = 400; // "speaking" but no packet of its audio for this long: shown as silent
+const AUDIO_POLL_MS = 150;
+const TEXT = {
+  waiting: "Connected. Waiting for the agent to join…",
+  joinTimeout: `No agent joined within ${AGENT_JOIN_WAIT_MS / 1000} s. The agent worker may be down or busy; the ` +
+    "server keeps trying. You can wait, or press Leave and Join again later (on the server: scripts/start_all.sh status).",
+  lost: "The agent was lost (its worker stopped). Reconnecting a new agent…",
+  returnTimeout: `No agent came back within ${AGENT_RETURN_WAIT_MS / 1000} s. Press Leave, then Join to start ` +
+    "again; if no agent joins then either, the agent worker is down (on the server: scripts/start_all.sh status).",
+  back: "The agent is back. It lost what was said before: please repeat your last question.",
+  reconnecting: "The connection to LiveKit was lost; reconnecting…",
+};
 const $ = (id) => document.getElementById(id);
 
 class UserFacingError extends Error {}
@@ -46,6 +63,7 @@ const call = {
   cuts: [], // Unix ms at which each cut notice from the agent arrived
   agentPeakDb: -Infinity, // the loudest 10 ms of the agent heard in this call (after the gate)
   log: [],
+  agent: null, // AgentWatch while in a call
 };
 window.voiceCall = call;
 
@@ -98,10 +116,89 @@ function showAgentParts(attributes) {
   call.agentParts = { tts_weights: attributes?.["voice_agent.tts_weights"] ?? null, defaults };
 }
 
-function setAgentState(state) {
-  const el = $("agent-state");
-  el.textContent = state ?? "not here";
-  el.className = `tag state-${state ?? "none"}`;
+// Which agent the page talks to and what it shows of it. presence: waiting (none since Join) | present | lost
+// (the one we had left, none is here). shown: the agent's own state (lk.agent.state), except "silent" when it
+// says speaking but its audio stopped, "reconnecting" when lost, "not here" while waiting. `history` keeps every
+// change of `shown` with its Unix ms time, for the browser tests.
+class AgentWatch {
+  constructor(room) {
+    this.room = room;
+    this.identity = null;
+    this.presence = "waiting";
+    this.state = null;
+    this.shown = null;
+    this.history = [];
+    this.packets = 0;
+    this.lastAudioAt = 0;
+    this.timer = null;
+    this.poll = setInterval(() => this.pollAudio(), AUDIO_POLL_MS);
+    this.wait(TEXT.waiting, AGENT_JOIN_WAIT_MS, TEXT.joinTimeout);
+  }
+
+  wait(text, ms, timeoutText) {
+    clearTimeout(this.timer);
+    notice(this.presence === "lost" ? "warn" : "info", text);
+    this.timer = setTimeout(() => notice(this.presence === "lost" ? "error" : "warn", timeoutText), ms);
+  }
+
+  arrived(p) {
+    const wasLost = this.presence === "lost";
+    clearTimeout(this.timer);
+    this.identity = p.identity;
+    this.presence = "present";
+    this.packets = 0;
+    this.setState(p.attributes[AGENT_STATE] ?? "initializing");
+    showAgentParts(p.attributes);
+    if (wasLost) notice("info", TEXT.back);
+    else if ([TEXT.waiting, TEXT.joinTimeout].includes($("notice").textContent)) notice("info", "");
+  }
+
+  left(p) {
+    if (call.leaving || p.identity !== this.identity) return; // ours only (an older agent LiveKit drops late is not)
+    const other = [...this.room.remoteParticipants.values()].filter((q) => q.isAgent && q.identity !== p.identity).pop();
+    if (other) return this.arrived(other);
+    this.identity = null;
+    this.presence = "lost";
+    this.state = null;
+    this.render();
+    this.wait(TEXT.lost, AGENT_RETURN_WAIT_MS, TEXT.returnTimeout);
+  }
+
+  setState(state) {
+    if (state === "speaking" && this.state !== "speaking") this.lastAudioAt = performance.now(); // its audio is due
+    this.state = state;
+    this.render();
+  }
+
+  async pollAudio() {
+    const p = this.identity && this.room.remoteParticipants.get(this.identity);
+    const receiver = p && [...p.audioTrackPublications.values()].find((pub) => pub.track)?.track.receiver;
+    if (receiver) {
+      let packets = 0;
+      try {
+        (await receiver.getStats()).forEach((s) => { if (s.type === "inbound-rtp") packets += s.packetsReceived ?? 0; });
+      } catch { return; }
+      if (packets > this.packets) this.lastAudioAt = performance.now();
+      this.packets = packets;
+    }
+    this.render();
+  }
+
+  render() {
+    let shown = this.state;
+    if (this.presence === "lost") shown = "reconnecting";
+    else if (this.presence === "waiting") shown = null;
+    else if (shown === "speaking" && performance.now() - this.lastAudioAt > AUDIO_SILENT_MS) shown = "silent";
+    if (shown === this.shown) return;
+    this.shown = shown;
+    this.history.push({ at: performance.timeOrigin + performance.now(), shown });
+    renderAgentState(shown);
+  }
+
+  stop() {
+    clearTimeout(this.timer);
+    clearInterval(this.poll);
+  }
 }
 
 async function loadConfig() {
@@ -225,27 +322,31 @@ function wireRoom(room) {
     call.watchers.delete(track.sid);
   });
   room.on(E.AudioPlaybackStatusChanged, () => { $("enable-audio").hidden = room.canPlaybackAudio; });
-  room.on(E.ParticipantConnected, (p) => {
-    if (!p.isAgent) return;
-    setAgentState(p.attributes[AGENT_STATE] ?? "initializing");
-    showAgentParts(p.attributes);
-    if ($("notice").textContent === WAITING_FOR_AGENT) notice("info", "");
-  });
-  room.on(E.ParticipantDisconnected, (p) => { if (p.isAgent) { setAgentState(null); notice("info", "The agent left the room."); } });
+  room.on(E.ParticipantConnected, (p) => { if (p.isAgent) call.agent?.arrived(p); });
+  room.on(E.ParticipantDisconnected, (p) => { if (p.isAgent) call.agent?.left(p); });
   room.on(E.DataReceived, (_payload, participant, _kind, topic) => {
     if (topic !== CUT_TOPIC || !participant?.isAgent || !call.gate) return;
     call.gate.close();
     call.cuts.push(performance.timeOrigin + performance.now());
   });
   room.on(E.ParticipantAttributesChanged, (changed, p) => {
-    if (p.isAgent && changed[AGENT_STATE] === "speaking") call.gate?.open(); // its next reply: let it through
-    if (p.isAgent && AGENT_STATE in changed) setAgentState(changed[AGENT_STATE]);
-    if (p.isAgent && Object.keys(changed).some((k) => k.startsWith("voice_agent."))) showAgentParts(p.attributes);
+    if (!p.isAgent || p.identity !== call.agent?.identity) return;
+    if (changed[AGENT_STATE] === "speaking") call.gate?.open(); // its next reply: let it through
+    if (AGENT_STATE in changed) call.agent.setState(changed[AGENT_STATE]);
+    if (Object.keys(changed).some((k) => k.startsWith("voice_agent."))) showAgentParts(p.attributes);
   });
-  room.on(E.Reconnecting, () => setStatus("reconnecting", "busy"));
-  room.on(E.Reconnected, () => setStatus("connected", "on"));
+  // the SDK retries on its own (signal and media); it ends in Reconnected or, after its retries, Disconnected
+  room.on(E.Reconnecting, () => { setStatus("reconnecting", "busy"); notice("warn", TEXT.reconnecting); });
+  room.on(E.SignalReconnecting, () => setStatus("reconnecting", "busy"));
+  room.on(E.Reconnected, () => {
+    setStatus(`connected · ${room.name}`, "on");
+    if ($("notice").textContent === TEXT.reconnecting) notice("info", "");
+  });
   room.on(E.Disconnected, (reason) => {
-    if (!call.leaving) notice("error", `Disconnected from LiveKit (${LK.DisconnectReason?.[reason] ?? reason}).`);
+    if (!call.leaving) {
+      const why = LK.DisconnectReason?.[reason] ?? reason;
+      notice("error", `Disconnected from LiveKit (${why}). Press Join to call again.`);
+    }
     teardown();
   });
   room.registerTextStreamHandler("lk.transcription", async (reader, participantInfo) => {
@@ -289,9 +390,9 @@ async function join(event) {
     await room.localParticipant.publishTrack(call.micTrack, { source: LK.Track.Source.Microphone });
     setStatus(`connected · ${grant.room}`, "on");
     $("enable-audio").hidden = room.canPlaybackAudio;
-    const agent = [...room.remoteParticipants.values()].find((p) => p.isAgent);
-    if (agent) { setAgentState(agent.attributes[AGENT_STATE] ?? "initializing"); showAgentParts(agent.attributes); }
-    else notice("info", WAITING_FOR_AGENT);
+    call.agent = new AgentWatch(room);
+    const agent = [...room.remoteParticipants.values()].filter((p) => p.isAgent).pop();
+    if (agent) call.agent.arrived(agent);
   } catch (err) {
     if (!(err instanceof UserFacingError)) console.error(err);
     call.leaving = true;
@@ -308,6 +409,7 @@ async function leaveRoom() {
 }
 
 function teardown() {
+  call.agent?.stop();
   for (const stop of call.watchers.values()) stop();
   call.watchers.clear();
   call.gate?.open();
@@ -318,7 +420,7 @@ function teardown() {
   $("remote-audio").replaceChildren();
   renderLevel("mic-meter", -Infinity);
   renderLevel("agent-meter", -Infinity);
-  setAgentState(null);
+  renderAgentState(null);
   showAgentParts(null);
   setButtons(false);
   setStatus("disconnected", "off");

@@ -15,6 +15,15 @@ export function renderLevel(id, db) {
   $(id).style.width = `${pct.toFixed(0)}%`;
 }
 
+// The agent's state tag: its own state (listening, thinking, speaking, ...), "silent" (it says speaking, its audio
+// stopped), "reconnecting" (it was lost: a new one is on its way), or "not here".
+const SHOWN_CLASS = { silent: "state-idle", reconnecting: "state-none" };
+export function renderAgentState(shown) {
+  const el = $("agent-state");
+  el.textContent = shown ?? "not here";
+  el.className = `tag ${SHOWN_CLASS[shown] ?? `state-${shown ?? "none"}`}`;
+}
+
 export function renderLatency(call) {
   for (const row of document.querySelectorAll("#latency tbody tr")) {
     const s = call.tracker[row.dataset.series].summary();

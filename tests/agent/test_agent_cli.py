@@ -28,7 +28,8 @@ def test_help_lists_every_command_with_one_line() -> None:
     listing = result.stdout.replace("\n                  ", " ")  # argparse wraps long help lines
     for name, line in COMMANDS.items():
         assert f"{name}" in listing and " ".join(line.split()) in " ".join(listing.split()), name
-    assert set(COMMANDS) == {"preflight", "dev", "start", "download-files", "simulate", "console", "connect"}
+    assert set(COMMANDS) == {"preflight", "dev", "start", "download-files", "simulate", "standby", "recover",
+                              "console", "connect"}
     # nothing heavy is imported to print it
     probe = subprocess.run([sys.executable, "-c", "import sys; sys.argv=['agent','--help']\n"
                             "from agent.__main__ import main\ntry: main()\nexcept SystemExit: pass\n"

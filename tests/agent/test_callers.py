@@ -71,3 +71,31 @@ def test_agents_are_not_callers_and_after_the_last_caller_the_next_one_is_heard(
     room.leave("alice")  # pressed Leave ...
     room.join("alice-again")  # ... and Join, in the same named room, before LiveKit closed it
     assert room_io.links == ["alice", "alice-again"]
+
+
+def test_the_sdks_data_channel_error_is_info_only_while_a_room_waits_to_close() -> None:
+    import gc
+    import logging
+
+    from agent.callers import RoomClosingFilter
+
+    def record(message: str) -> logging.LogRecord:
+        # as livekit.rtc's FFI client logs the Rust SDK's records: "%s:%s:%s - %s" (target, line, module, message)
+        args = ("livekit::rtc_engine::rtc_session", 704, "livekit::rtc_engine::rtc_session", message)
+        return logging.LogRecord("livekit", logging.ERROR, __file__, 1, "%s:%s:%s - %s", args, None)
+
+    gc.collect()  # followers of earlier tests (a room and its follower hold each other) are gone
+    closing = "publisher data channel '_reliable' closed unexpectedly"
+    room, _ = follower("alice")
+    kept = record(closing)
+    RoomClosingFilter().filter(kept)
+    assert kept.levelno == logging.ERROR  # mid-call: a real fault, stays ERROR
+    room.leave("alice")  # the last caller left: LiveKit closes the room after its departure timeout
+    for label in ("_reliable", "_lossy", "_data_track"):
+        demoted = record(closing.replace("_reliable", label))
+        assert RoomClosingFilter().filter(demoted) and demoted.levelno == logging.INFO
+        assert demoted.getMessage().endswith("closed unexpectedly (the room is closing: expected)")
+    other = record("subscriber data channel '_reliable' closed unexpectedly")
+    RoomClosingFilter().filter(other)
+    assert other.levelno == logging.ERROR  # only exactly that message
+    room.join("bob")

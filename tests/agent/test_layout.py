@@ -13,6 +13,8 @@ import sys
 import warnings
 from pathlib import Path
 
+import networkx as nx
+
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT_PACKAGES = ("agent", "tts_engine", "token_server", "envfile", "jsonbody")
 # tools inside product packages: they drive or measure the product, never run in a server or the worker
@@ -63,43 +65,12 @@ def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan), each a loop of imports."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    out: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in graph.get(v, ()):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                out.append(sorted(component))
-
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, 10_000))
-    try:
-        for v in graph:
-            if v not in index:
-                visit(v)
-    finally:
-        sys.setrecursionlimit(limit)  # a raised limit left behind changed what later tests' parsers accept
-    return out
+    """Strongly connected components of more than one module, each a loop of imports (networkx's, iterative: no
+    recursion limit to raise, which would outlive this test and change what other tests' parsers do)."""
+    g = nx.DiGraph()
+    g.add_nodes_from(graph)
+    g.add_edges_from((v, w) for v, targets in graph.items() for w in targets)
+    return sorted(sorted(c) for c in nx.strongly_connected_components(g) if len(c) > 1)
 
 
 def test_the_worker_import_graph_holds_no_tool_or_test_module() -> None:

@@ -80,6 +80,11 @@ async def test_calls_spread_by_load_and_survive_a_stopped_worker(
         log_b = stack.log("worker_b").read_text(errors="replace")
         assert "Traceback" not in log_b, log_b[-3000:]
         assert not any(c.agent_left.is_set() for c in on_a)
+        # their callers hang up: else the token server's agent guard would put an agent back in their rooms as soon
+        # as worker A has room, racing the newcomer below for it (tests/call/test_worker_loss.py tests that guard)
+        for caller in on_b:
+            await caller.aclose()
+            callers.remove(caller)
 
         # a new call after one of A's ends: only worker A is left, and it answers (heard by the caller).
         # LiveKit does not queue a call that arrives while every worker is full (docs/operations.md), so the

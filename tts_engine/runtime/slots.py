@@ -8,20 +8,22 @@ Contract (everything runs on the engine's worker thread):
   host sync, through this table only, which keeps each occupant's `slot` and `metrics.slot` true).
 - `claim(k)`: the rows n..n+k-1 for k admissions; `occupy(slot, state)` seats each new stream there. `vacate(slot)`
   removes one for good. `room()` is how many more streams fit.
-A streaming-text stream waiting for its text keeps its row; the step leaves it unchanged (runtime/text_rows.py;
-its progress: runtime/text_track.py).
+A streaming-text stream waiting for its text keeps its row; the step leaves it unchanged (runtime/text_rows.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tts_engine.audio_format import SAMPLE_RATE
 from tts_engine.runtime.admission import Playout
 from tts_engine.runtime.packetizer import Packetizer
 from tts_engine.runtime.stream import StreamChannel
-from tts_engine.runtime.text_track import TextTrack
+
+if TYPE_CHECKING:
+    from tts_engine.runtime.text_track import TextTrack
 
 
 @dataclass

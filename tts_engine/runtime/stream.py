@@ -19,7 +19,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -27,7 +27,22 @@ from tts_engine.runtime.metrics import StreamMetrics
 
 if TYPE_CHECKING:
     from tts_engine.runtime.codegen import SamplingParams
-    from tts_engine.runtime.text_feed import TextFeed
+
+
+class TextSource(Protocol):
+    """A streaming-text stream's text as the worker reads it (the caller pushes it: runtime/text_feed.py `TextFeed`)."""
+
+    def ids_from(self, start: int) -> list[int]:
+        """The final token ids from `start` on, as far as they are known."""
+        ...
+
+    def budget(self, scale: float = 1.0) -> int:
+        """The frame budget of the text pushed so far."""
+        ...
+
+    def trailing_kind(self, k: int) -> str | None:
+        """What frame k's feedback adds: "text", "eos", "pad", or None (not known yet)."""
+        ...
 
 
 class StreamOverflowError(RuntimeError):
@@ -63,7 +78,7 @@ class StreamRequest:
     metrics: StreamMetrics
     max_frames: int | None = None  # explicit frame cap (benchmarks, tests); None = the text's frame budget
     codes: list[np.ndarray] = field(default_factory=list)  # valid frames' codes [16], for dumps / gates
-    text_feed: TextFeed | None = None  # streaming-text layout: the text, pushed as it comes
+    text_feed: TextSource | None = None  # streaming-text layout: the text, pushed as it comes
 
 
 class _End:

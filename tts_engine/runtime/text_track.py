@@ -1,10 +1,10 @@
-"""One streaming-text stream's progress on the engine's worker: the slot table keeps it, text_rows.py steps it.
+"""TextTrack: one streaming-text stream's progress on the worker thread (what its slot keeps of its text).
 
-Contract: `TextTrack(feed, prompt_len, fixed_cap)` holds the frames stepped so far (`k`), the text rows projected so
-far (`rows`, on the worker thread) and whether the stream is waiting for its text. `kind()` is what frame k's step
-needs (runtime/text_feed.py `trailing_kind`: "text", "eos", "pad" or None to wait); `missing_ids()` the final tokens
-whose rows are not projected yet; `cap(codegen)` the frame cap (fixed by an explicit max_frames, else following the
-text pushed so far); `row(codegen, kind)` the text row frame k adds.
+- `k` frames stepped so far; `rows` the text rows of its tokens 1.. projected so far (runtime/text_rows.py projects
+  them in batches); `kind()` what frame k's feedback adds ("text", "eos", "pad", or None: not known yet);
+  `cap()` its frame cap, which follows the text pushed so far unless `max_frames` fixed it.
+- It reads its text only through `TextSource` (runtime/stream.py), the seam between the caller's side
+  (runtime/text_feed.py) and the worker's.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from __future__ import annotations
 import torch
 
 from tts_engine.runtime.codegen import CodeGenerator
-from tts_engine.runtime.text_feed import TextFeed
+from tts_engine.runtime.stream import TextSource
 
 
 class TextTrack:
     """One streaming-text stream's progress: frames stepped, its text rows projected so far, its cap."""
 
-    def __init__(self, feed: TextFeed, prompt_len: int, fixed_cap: int | None) -> None:
+    def __init__(self, feed: TextSource, prompt_len: int, fixed_cap: int | None) -> None:
         self.feed = feed
         self.prompt_len = prompt_len
         self.fixed_cap = fixed_cap  # an explicit max_frames: the cap does not follow the text

@@ -11,7 +11,9 @@ Contract
   (its log says so); on failure it raises with the start_all output and stops what started.
   `start(services=("livekit", "token"))` starts only those (the transport floor needs no worker).
 - `stop()` runs `start_all.sh stop` (idempotent); `start_worker(name)` starts one more worker process
-  registered with the same server (for dispatch tests), stopped by `stop()` too.
+  registered with the same server (for dispatch tests; `supervised=True`: under scripts/run_worker.sh, as
+  start_all runs its own), stopped by `stop()` too. `worker_pid(name)` is the worker process itself ("agent":
+  start_all's), for a test that kills it.
 - `traces()` reads every trace record the workers wrote.
 """
 
@@ -95,6 +97,7 @@ class LocalStack:
             TRACES_DIR=str(self.workdir / "traces"),
             AEC_WARMUP_S="0",  # the fake microphone has no echo to adapt to
             PYTHONUNBUFFERED="1",
+            PYTHON=self.env.get("PYTHON") or sys.executable,  # the services run this interpreter, as the tests do
         )
         self.env.update(env)
         self.extra_workers: dict[str, subprocess.Popen] = {}
@@ -131,19 +134,32 @@ class LocalStack:
             self.stop()
             raise
 
-    def start_worker(self, name: str, timeout: float = 180, **env: str) -> subprocess.Popen:
+    def start_worker(
+        self, name: str, timeout: float = 180, *, supervised: bool = False, **env: str
+    ) -> subprocess.Popen:
         """One more worker (same code, same server) with its own health port and log."""
         log = self.workdir / "logs" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         worker_env = {**self.env, "AGENT_HTTP_PORT": str(free_port()), **env}
+        command = [sys.executable, "-m", "agent", "start"]
+        if supervised:  # run_worker.sh's default command is this one (and only then it keeps a standby)
+            command = ["bash", str(ROOT / "scripts" / "run_worker.sh")]
+            worker_env["WORKER_PID_FILE"] = str(self.workdir / "run" / f"{name}.worker.pid")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "agent", "start"], cwd=ROOT, env=worker_env,
-            stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
+            command, cwd=ROOT, env=worker_env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         proc.health_port = int(worker_env["AGENT_HTTP_PORT"])  # type: ignore[attr-defined]
         self.extra_workers[name] = proc
         wait_for_line(log, "registered worker", timeout, proc=proc)
         return proc
+
+    def worker_pid(self, name: str = "agent") -> int:
+        """The worker process of `name` ("agent": start_all's; else an extra worker): the one its supervisor
+        (scripts/run_worker.sh) says runs now, else the process itself."""
+        supervised = self.workdir / "run" / f"{name}.worker.pid"
+        if supervised.is_file():
+            return int(supervised.read_text().split()[0])
+        return self.extra_workers[name].pid
 
     def stop_worker(self, name: str, timeout: float = 30) -> int | None:
         proc = self.extra_workers.pop(name, None)
