@@ -44,6 +44,8 @@ import numpy as np
 from livekit import rtc
 from livekit.agents.voice import io
 
+from tts_engine.audio_format import SAMPLE_RATE
+
 if TYPE_CHECKING:
     from agent.duplex import DuplexController
 
@@ -68,7 +70,7 @@ class RtcAudioOutput(io.AudioOutput):
     def __init__(
         self,
         *,
-        sample_rate: int = 24_000,
+        sample_rate: int = SAMPLE_RATE,
         queue_ms: int = 100,
         cut_silence_ms: int = 60,
         pause_capable: bool = False,

@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+import jsonbody
 from token_server import agent_guard
 from token_server.config import ServerConfig
 from token_server.ratelimit import RateLimiter
@@ -96,14 +97,12 @@ async def handle_token(request: web.Request) -> web.Response:
         )
     raw = await request.read()
     try:
-        body = json.loads(raw.decode("utf-8")) if raw else {}  # an empty body means {}; whitespace is not JSON
+        body = jsonbody.loads(raw.decode("utf-8")) if raw else {}  # an empty body means {}; whitespace is not JSON
     except UnicodeDecodeError:
         return json_error(400, "body is not UTF-8 text", "body")
     except json.JSONDecodeError as exc:
         return json_error(400, f"body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", "body")
-    except RecursionError:
-        return json_error(400, "body is not valid JSON: nested too deeply", "body")
-    except ValueError as exc:  # e.g. a number with more digits than Python converts
+    except ValueError as exc:  # nested past jsonbody.MAX_DEPTH, a number with more digits than Python converts
         return json_error(400, f"body is not valid JSON: {exc}", "body")
     try:
         token_request = parse_token_request(body, agent_name=config.agent_name)

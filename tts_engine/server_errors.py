@@ -13,12 +13,12 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
 from aiohttp import web
 
+import jsonbody
 from tts_engine.errors import TextTooLongError, TTSInputError
 
 log = logging.getLogger("tts_engine.server")
@@ -93,13 +93,11 @@ async def read_body(request: web.Request) -> bytes:
 
 
 def parse_json_body(raw: bytes) -> Any:
-    """The decoded JSON body (None when empty), or ClientError(field "body"): bad UTF-8 or JSON, nesting too deep
-    for the parser, a number with more digits than Python converts."""
+    """The decoded JSON body (None when empty), or ClientError(field "body"): bad UTF-8 or JSON, nesting past
+    jsonbody.MAX_DEPTH, a number with more digits than Python converts."""
     try:
-        return json.loads(raw.decode("utf-8")) if raw else None
-    except RecursionError:
-        raise ClientError("body is not valid JSON: nested too deeply", "body") from None
-    except ValueError as exc:  # UnicodeDecodeError, JSONDecodeError, int digit limit
+        return jsonbody.loads(raw.decode("utf-8")) if raw else None
+    except ValueError as exc:  # UnicodeDecodeError, JSONDecodeError, jsonbody.TooDeep, int digit limit
         raise ClientError(f"body is not valid JSON: {exc}", "body") from None
 
 

@@ -1,6 +1,7 @@
 """The tree tells the story: what ships in the worker never imports what drives or fakes it; no two modules import
 each other (directly or round a longer loop); no module waives the private-name rule to reach into another; and a
-module past ~600 lines is flagged as a prompt to look (a warning, not a reason to split: one idea may be long)."""
+module past ~600 lines is flagged as a prompt to look (a warning, not a reason to split: one idea may be long); the
+audio format is defined once (tts_engine/audio_format.py)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ from pathlib import Path
 import networkx as nx
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT_PACKAGES = ("agent", "tts_engine", "token_server", "envfile")
+PRODUCT_PACKAGES = ("agent", "tts_engine", "token_server", "envfile", "jsonbody")
 # tools inside product packages: they drive or measure the product, never run in a server or the worker
 TOOL_FOLDERS = ("tts_engine/bench", "agent/tools")
 LOOK_AT_LINES = 600
+AUDIO_FORMAT = ROOT / "tts_engine" / "audio_format.py"
 
 WORKER_GRAPH = """
 import json, sys
@@ -117,12 +119,66 @@ def test_long_modules_are_flagged_for_a_look() -> None:
         warnings.warn(f"modules past {LOOK_AT_LINES} lines (look: one idea, or two?): {long}", stacklevel=1)
 
 
+def audio_format() -> dict[str, object]:
+    """The names tts_engine/audio_format.py assigns, with their values where they are literals."""
+    out: dict[str, object] = {}
+    for node in ast.parse(AUDIO_FORMAT.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    out[target.id] = _literal(node.value)
+    return out
+
+
+def _literal(node: ast.AST | None) -> object:
+    try:
+        return ast.literal_eval(node) if node is not None else None
+    except ValueError:
+        return None  # an expression of other names: defined there, so never a second literal here
+
+
+def second_definitions(path: Path, names: dict[str, object]) -> list[str]:
+    """Where `path` defines the audio format again: a literal of the sample rate or frame size anywhere in its code,
+    or a module- or class-level assignment of one of audio_format's names to the same value (another quantity under
+    the same name, such as the VAD's 16 kHz SAMPLE_RATE, is not one)."""
+    rate, frame = names["SAMPLE_RATE"], names["SAMPLES_PER_FRAME"]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = [f"{node.lineno}: {node.value}" for node in ast.walk(tree)
+             if isinstance(node, ast.Constant) and type(node.value) is int and node.value in (rate, frame)]
+    scopes = [tree.body] + [node.body for node in ast.walk(tree) if isinstance(node, ast.ClassDef)]
+    for body in scopes:
+        for node in body:
+            if isinstance(node, ast.Assign | ast.AnnAssign):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    if isinstance(target, ast.Name) and target.id in names:
+                        value = _literal(node.value)
+                        if value is None or value == names[target.id]:
+                            found.append(f"{node.lineno}: {target.id}")
+    return found
+
+
 def test_the_audio_format_is_defined_once() -> None:
-    """The engine's sample rate and frame size are assigned in tts_engine/audio_format.py alone; everyone imports them
-    (a second `SAMPLE_RATE = 24_000` drifts the day one of them changes)."""
-    home = ROOT / "tts_engine" / "audio_format.py"
-    names = re.compile(r"^\s*(SAMPLE_RATE|SAMPLES_PER_FRAME|FRAME_MS|SAMPLE_WIDTH|MAX_PACKET_FRAMES)\s*(:[^=]*)?=[^=]",
-                       re.M)
-    defined = [f"{path.relative_to(ROOT)}: {m.group(1)}" for path in modules().values() if path != home
-               for m in names.finditer(path.read_text(encoding="utf-8"))]
-    assert defined == [], f"audio format names assigned outside tts_engine/audio_format.py: {defined}"
+    """Issue 31: 24 kHz and 1920 samples per frame live in tts_engine/audio_format.py; every other module of the
+    product packages (tools included) imports them from there."""
+    names = audio_format()
+    assert names["SAMPLE_RATE"] == 24_000 and names["SAMPLES_PER_FRAME"] == 1920
+    again = {
+        str(path.relative_to(ROOT)): where
+        for path in modules().values()
+        if path != AUDIO_FORMAT and (where := second_definitions(path, names))
+    }
+    assert again == {}
+
+
+def test_the_audio_format_rule_sees_a_second_definition(tmp_path: Path) -> None:
+    names = audio_format()
+    flagged = {"SAMPLE_RATE = 24_000\n": True, "RATE = 24000\n": True, "def f(rate=24_000): ...\n": True,
+               "class A:\n    SAMPLES_PER_FRAME = 1920\n": True, "SAMPLE_RATE = 16_000\n": False,
+               "from tts_engine.audio_format import SAMPLE_RATE\nRATE = SAMPLE_RATE\n": False,
+               "SAMPLES_PER_FRAME = SAMPLE_RATE * 80 // 1000\n": True, '"""24000 Hz"""\n': False}
+    for source, expected in flagged.items():
+        path = tmp_path / "m.py"
+        path.write_text(source)
+        assert bool(second_definitions(path, names)) == expected, source

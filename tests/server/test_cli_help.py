@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-OURS = ("tts_engine", "token_server", "envfile")
+OURS = ("tts_engine", "token_server", "envfile", "jsonbody")
 
 # A finder in front of all others: any module outside the standard library and this repository is "not installed".
 ONLY_STDLIB = """

@@ -17,7 +17,7 @@ TEXT_2000 = (MIXED * 12)[:2000]
 
 async def test_2000_characters_in_one_request_on_both_routes(serve) -> None:
     srv = await serve()
-    segments = len(srv.engine._fitter.split(TEXT_2000))
+    segments = len(srv.engine.segments(TEXT_2000))
     assert segments > 10
     expected = await srv.engine.synthesize(TEXT_2000, "serena", max_frames=1)
     assert len(expected) == segments * 1920

@@ -110,7 +110,7 @@ async def test_long_mixed_input_is_one_request(serve) -> None:
     from tests.server.test_long_text_http import TEXT_2000
 
     srv = await served(serve)
-    segments = len(srv.engine._fitter.split(TEXT_2000))
+    segments = len(srv.engine.segments(TEXT_2000))
     expected = await srv.engine.synthesize(TEXT_2000, "serena", max_frames=1)
     srv.engine.stream = functools.partial(srv.engine.stream, max_frames=1)
     pcm = await srv.client.audio.speech.create(model="m", voice="serena", input=TEXT_2000, response_format="pcm")

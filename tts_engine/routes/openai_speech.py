@@ -36,6 +36,7 @@ from typing import Any
 
 from aiohttp import web
 
+from tts_engine.audio_format import SAMPLE_RATE
 from tts_engine.errors import EngineBusyError, TextTooLongError, TTSInputError
 from tts_engine.routes.encode import FORMATS, AudioEncoder
 from tts_engine.server_errors import (
@@ -198,7 +199,7 @@ class OpenAISpeech:
         headers = {
             "content-type": "text/event-stream" if how == "sse" else FORMATS[params["format"]][2],
             "x-request-id": request_id,
-            "x-sample-rate": "24000",
+            "x-sample-rate": str(SAMPLE_RATE),
             "cache-control": "no-cache",
         }
         summary = {"request_id": request_id, "endpoint": PATH, "bytes_sent": 0, "response_format": params["format"],

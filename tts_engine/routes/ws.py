@@ -4,7 +4,7 @@ Protocol (JSON text messages from the client, JSON events and binary audio from 
 - `{"type": "start", "speaker", "language"?, "instruct"?, "packet_frames"?, "first_packet_frames"?, "seed"?,
   "max_frames"?, "layout"?}` opens an utterance (fields and checks as `POST /tts/stream`, without `text`; layout
   `segments` (default) or `tokens`, see below). The server answers
-  `{"type": "started", "request_id", "sample_rate": 24000, "format": "s16le", "channels": 1}`.
+  `{"type": "started", "request_id", "sample_rate": SAMPLE_RATE, "format": "s16le", "channels": 1}`.
 - `{"type": "text", "text": "..."}` adds a piece of text, cut anywhere. The engine cuts the text into segments as it
   arrives (tts_engine/text/segment.py, the agent's policy: a short starter first, then sentences and clauses) and
   speaks each as soon as it is complete, as one stream (runtime/chained.py); with layout `tokens` the text goes into
@@ -31,13 +31,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from typing import Any
 
 from aiohttp import WSMsgType, web
 
+import jsonbody
+from tts_engine.audio_format import SAMPLE_RATE
 from tts_engine.errors import EngineBusyError, TextTooLongError, TTSInputError
 from tts_engine.server_clients import CLIENT
 from tts_engine.server_errors import over_share_message
@@ -113,8 +114,8 @@ class TextWebSocket:
     async def _on_message(self, ws: web.WebSocketResponse, request: web.Request, raw: str,
                           current: _Utterance | None) -> _Utterance | None:
         try:
-            msg = json.loads(raw)
-        except (ValueError, RecursionError) as exc:  # bad JSON, too deeply nested, too many digits
+            msg = jsonbody.loads(raw)
+        except ValueError as exc:  # bad JSON, nested past jsonbody.MAX_DEPTH, too many digits
             await self._error(ws, f"message is not valid JSON: {exc}", "body")
             return current
         for key, value in msg.items() if isinstance(msg, dict) else ():
@@ -198,7 +199,7 @@ class TextWebSocket:
             status, field = (400, exc.field) if isinstance(exc, TTSInputError) else (503, None)
             await self._error(ws, str(exc), field, status)
             return None
-        await ws.send_json({"type": "started", "request_id": request_id, "sample_rate": 24000, "format": "s16le",
+        await ws.send_json({"type": "started", "request_id": request_id, "sample_rate": SAMPLE_RATE, "format": "s16le",
                             "channels": 1})
         utterance = _Utterance(stream, client)
         utterance.task = asyncio.create_task(self._pump(ws, request, utterance))

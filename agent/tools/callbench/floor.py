@@ -39,12 +39,13 @@ from agent.tools.callbench.bench import HANGOVER_MS, column_summary, device, rec
 from agent.tools.callbench.browser import BrowserCall
 from agent.tools.callbench.speech import RATE, speak
 from agent.tools.callbench.stack import LocalStack
+from tts_engine.audio_format import SAMPLE_RATE
 
 PHRASES = ["Hello there, can you hear me?", "Tell me more about it.", "Wait a second please."]
 REPLY = "Sure, I can hear you well, and I will keep on talking about the weather until you stop me."
 TURN_COLUMNS = ("response_ms", "uplink_end_lag_ms", "echo_decision_ms", "publish_to_heard_ms")
 BARGE_COLUMNS = ("onset_to_silence_ms", "onset_to_cut_ms", "cut_to_silence_ms")
-OUT_RATE = 24_000  # the worker's RtcAudioOutput rate, queue and frame size
+OUT_RATE = SAMPLE_RATE  # the worker's RtcAudioOutput rate (the TTS audio format), queue and frame size
 OUT_FRAME = OUT_RATE // 50
 ECHO_STATES = ("speaking", "listening")  # what the echo publishes as lk.agent.state, as the worker's session does
 

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 from livekit import api, rtc
 from livekit.agents import vad as agents_vad
+from livekit.agents.voice import room_io
 
 from agent.config import AgentConfig
 from agent.config import quiet_db as quiet_db_from_env
@@ -40,7 +41,8 @@ from agent.vad import QUIET_DB, effective_hangover_ms, load_vad
 from tts_engine.env import ConfigError, Env
 
 SEND_FRAME = RATE // 100  # 10 ms, what a browser sends per capture callback
-RECEIVE_RATE, RECEIVE_FRAME_MS = 24_000, 20  # the session's input (agent/voice.py room_options)
+RECEIVE_RATE = room_io.AudioInputOptions().sample_rate  # the session's input: LiveKit's default, which
+RECEIVE_FRAME_MS = 20  # agent/voice.py room_options keeps (its frame size: AGENT_INPUT_FRAME_MS's default)
 HANGOVER_MS = effective_hangover_ms(AgentConfig.vad_silence_ms)  # what Silero waits, as the worker loads it
 VOICED_DB = -50.0
 COLUMNS = ("uplink_ms", "vad_decision_ms", "live_minus_offline_ms")
