@@ -339,7 +339,9 @@ class DuplexController:
         elif self._uncommitted or (covered and not turn.user_text):
             # words that reached us after the framework had closed this turn, or the words of an earlier utterance
             # (transcribed after its turn's commit) that the framework commits as this one
-            turn.user_text = " ".join(u.text or "" for u in covered).strip()
+            last = covered[-1] if covered else None
+            turn.words_committed(" ".join(u.text or "" for u in covered).strip(),
+                                 last.stt_request if last is not None else None, last.stt_done if last else None)
         turn.mark(TURN_COMMITTED, t)
         for speech in self._speeches.values():  # prepared on words that reached no turn of ours until now
             if speech.turn is None and speech.live and not speech.is_scheduled():

@@ -170,6 +170,14 @@ class TurnTrace:
         stt = {p: self.points.pop(p) for p in ("stt_request", "stt_done") if p in self.points}
         self.pauses.append(Pause(ended=self.points["vad_speech_end"], resumed=t, stt_points=stt))
 
+    def words_committed(self, text: str, stt_request: float | None, stt_done: float | None) -> None:
+        """The framework committed this turn with `text`, transcribed by these STT points: they replace words (and
+        their points) of a later utterance, which become the next turn."""
+        self.user_text = text
+        for point, t in (("stt_request", stt_request), ("stt_done", stt_done)):
+            if t is not None:
+                self.points[point] = t
+
     def no_new_words(self) -> None:
         """The utterance after the last pause brought no words (nothing transcribed, or STT failed): the turn's
         transcript is still the one before it, and so are its STT points."""
