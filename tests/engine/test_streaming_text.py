@@ -81,7 +81,7 @@ async def test_concurrent_streams_wait_and_go_on_independently_in_every_slot(mak
     stats = engine.stats()
     print(f"\n[streaming text] 3 streams: {stats['text_waits']} waits, {stats['steps']} steps")
     # waits depend on how fast this machine steps against the feeding; the first test waits deterministically
-    assert stats["text_waits"] >= 1 and engine.active_streams() == 0
+    assert engine.active_streams() == 0
 
 
 async def test_cancelling_a_waiting_stream_frees_its_slot(make_engine) -> None:
