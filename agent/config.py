@@ -60,9 +60,14 @@ LIVEKIT_VAD_SILENCE_MS = 544
 LIVEKIT_VAD_SILENCE_MIN_MS = 256
 
 
+def turn_handling(env: Env) -> str:
+    """`TURN_HANDLING`: ours (default) | vad | livekit (agent/voice.py `turn_handling`)."""
+    return env.choice("TURN_HANDLING", "ours", ("ours", "vad", "livekit"))
+
+
 def vad_silence_ms(env: Env) -> int:
     """`VAD_SILENCE_MS`, by default 224 ms (`vad`, `ours`) or LiveKit's own 544 ms (`livekit`)."""
-    if env.choice("TURN_HANDLING", "ours", ("ours", "vad", "livekit")) == "livekit":
+    if turn_handling(env) == "livekit":
         return env.int("VAD_SILENCE_MS", LIVEKIT_VAD_SILENCE_MS, lo=LIVEKIT_VAD_SILENCE_MIN_MS, hi=5000)
     return env.int("VAD_SILENCE_MS", 224, lo=50, hi=5000)
 
@@ -180,7 +185,7 @@ class AgentConfig:
             input_frame_ms=int(env.choice("INPUT_FRAME_MS", "20", ("10", "20", "30", "40", "50"))),
             tts_frame_ms=int(env.choice("TTS_FRAME_MS", "20", ("10", "20", "40"))),
             min_endpointing=env.float("MIN_ENDPOINTING", 0.2, lo=0.0, hi=10.0),
-            turn_handling=env.choice("TURN_HANDLING", "ours", ("ours", "vad", "livekit")),
+            turn_handling=turn_handling(env),
             eot_threshold=env.float("EOT_THRESHOLD", 0.36, lo=0.0, hi=1.0),
             eot_medium_delay_s=env.float("EOT_MEDIUM_DELAY_S", 1.2, lo=0.0, hi=10.0),
             eot_max_delay_s=env.float("EOT_MAX_DELAY_S", 1.6, lo=0.1, hi=10.0),

@@ -5,6 +5,7 @@ the tests (they never skip)."""
 
 from __future__ import annotations
 
+import wave
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -48,4 +49,16 @@ def interrupting_wav(speech_dir: Path) -> Path:
     """A question, then only 3 s of silence: the next loop talks over the agent's (long, babbled) answer."""
     path = speech_dir / "interrupting.wav"
     speech_wav(path, "Please tell me a long story about the sea.", silence_after_s=3.0)
+    return path
+
+
+@pytest.fixture(scope="session")
+def silent_wav(speech_dir: Path) -> Path:
+    """A caller that only listens (2 s of silence, looped): keeps several calls light enough for a 2-core machine."""
+    path = speech_dir / "silence.wav"
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(48_000)
+        w.writeframes(bytes(2 * 48_000))
     return path

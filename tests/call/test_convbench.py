@@ -3,7 +3,7 @@ embedded defaults and the shipped turn taking, TURN_HANDLING=ours):
 - the page: the corpus's short script (a 700 ms pause inside a turn, a backchannel 1 s into the reply, a barge-in
   1.2 s into the next) played into the call page's microphone from the harness (agent/tools/convbench/page_line.py)
   and scored end to end: the pause does not end the turn, the backchannel does not stop the agent, the barge-in
-  does (the VAD-only mode cut that pause and stopped for the backchannel: docs/agent.md "Turn-taking").
+  does (the VAD-only mode cut that pause: this check asserted it before; docs/agent.md "Turn-taking").
 - three SDK callers at once, each in its own room (agent/tools/convbench/many.py, issue 32's CI check).
 `-m "not convbench"` skips both. No timing target is asserted: CPU tests never assert speed."""
 

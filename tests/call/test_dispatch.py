@@ -12,43 +12,23 @@ from pathlib import Path
 
 import pytest
 
-from agent.tools.callbench.rtc_caller import RtcCaller, worker_jobs
+from agent.tools.callbench.rtc_caller import RtcCaller, wait_for_jobs
 from agent.tools.callbench.stack import LocalStack, wait_for_line
 
 pytestmark = pytest.mark.call
 
-
-async def wait_jobs(port: int, want: int, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while (jobs := await asyncio.to_thread(worker_jobs, port)) != want:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"worker on :{port} has {jobs} active jobs, expected {want}")
-        await asyncio.sleep(0.5)
 
 
 def job_ids(log: Path) -> set[str]:
     return set(re.findall(r'"received job request".*?"job_id": "(AJ_\w+)"', log.read_text(errors="replace")))
 
 
-@pytest.fixture(scope="module")
-def silent_wav(speech_dir: Path) -> Path:
-    """A caller that listens: keeps four concurrent calls light enough for a 2-core machine."""
-    import wave
-
-    path = speech_dir / "silence.wav"
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(48_000)
-        w.writeframes(bytes(2 * 48_000))
-    return path
-
 
 async def test_calls_spread_by_load_and_survive_a_stopped_worker(
     stack: LocalStack, question_wav: Path, silent_wav: Path
 ) -> None:
     port_a = stack.ports["AGENT_HTTP_PORT"]
-    await wait_jobs(port_a, 0)  # calls of earlier tests have ended
+    await wait_for_jobs(port_a, 0)  # calls of earlier tests have ended
     worker_b = await asyncio.to_thread(stack.start_worker, "worker_b", AGENT_DRAIN_TIMEOUT_S="2")
     port_b = worker_b.health_port  # type: ignore[attr-defined]
     callers: list[RtcCaller] = []
@@ -59,8 +39,8 @@ async def test_calls_spread_by_load_and_survive_a_stopped_worker(
             await asyncio.wait_for(caller.agent_joined.wait(), 60)
             await asyncio.sleep(1.0)  # the new job shows in the worker's load before the next call
         # LiveKit's dispatch filled both workers: two calls each (a worker with two is full at this setting)
-        await wait_jobs(port_a, 2, 20)
-        await wait_jobs(port_b, 2, 20)
+        await wait_for_jobs(port_a, 2, 20)
+        await wait_for_jobs(port_b, 2, 20)
         on_b = [c for c in callers if any(c.agent_identity.endswith(j) for j in job_ids(stack.log("worker_b")))]
         on_a = [c for c in callers if c not in on_b]
         assert len(on_b) == 2 and len(on_a) == 2, [c.agent_identity for c in callers]
@@ -93,13 +73,13 @@ async def test_calls_spread_by_load_and_survive_a_stopped_worker(
         seen = stack.log("agent").read_text(errors="replace").count(available)
         await on_a[0].aclose()
         callers.remove(on_a[0])
-        await wait_jobs(port_a, 1, 60)
+        await wait_for_jobs(port_a, 1, 60)
         await asyncio.to_thread(wait_for_line, stack.log("agent"), available, 30, count=seen + 1)
         await asyncio.sleep(0.5)
         newcomer = await RtcCaller.join(stack.page_url, "dispatch-after-stop", question_wav)
         callers.append(newcomer)
         await asyncio.wait_for(newcomer.agent_joined.wait(), 60)
-        await wait_jobs(port_a, 2, 20)
+        await wait_for_jobs(port_a, 2, 20)
         assert any(newcomer.agent_identity.endswith(j) for j in job_ids(stack.log("agent")))
         deadline = time.monotonic() + 60
         while newcomer.agent_peak <= 0.01 and time.monotonic() < deadline:

@@ -8,12 +8,11 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import time
 from pathlib import Path
 
 import pytest
 
-from agent.tools.callbench.rtc_caller import RtcCaller, worker_jobs
+from agent.tools.callbench.rtc_caller import RtcCaller, wait_for_jobs
 from agent.tools.callbench.stack import LocalStack
 
 pytestmark = pytest.mark.call
@@ -26,33 +25,13 @@ def accepted(log: Path) -> list[str]:
     return re.findall(r'"received job request".*?"job_id": "(AJ_\w+)"', log.read_text(errors="replace"))
 
 
-async def wait_jobs(port: int, want: int, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while (jobs := await asyncio.to_thread(worker_jobs, port)) != want:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"worker on :{port} has {jobs} active jobs, expected {want}")
-        await asyncio.sleep(0.5)
-
-
-@pytest.fixture(scope="module")
-def silent_wav(speech_dir: Path) -> Path:
-    """A caller that only listens: keeps five calls light enough for a 2-core machine."""
-    import wave
-
-    path = speech_dir / "load-silence.wav"
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(48_000)
-        w.writeframes(bytes(2 * 48_000))
-    return path
 
 
 async def test_calls_beyond_one_worker_go_to_the_other_and_never_to_a_full_one(
     stack: LocalStack, silent_wav: Path, tmp_path: Path
 ) -> None:
     port_a = stack.ports["AGENT_HTTP_PORT"]
-    await wait_jobs(port_a, 0)  # calls of earlier tests have ended
+    await wait_for_jobs(port_a, 0)  # calls of earlier tests have ended
     stats_b = tmp_path / "worker_b_stats.jsonl"
     worker_b = await asyncio.to_thread(stack.start_worker, "load_b", AGENT_STATS_PATH=str(stats_b))
     port_b = worker_b.health_port  # type: ignore[attr-defined]
@@ -65,8 +44,8 @@ async def test_calls_beyond_one_worker_go_to_the_other_and_never_to_a_full_one(
             callers.append(await RtcCaller.join(stack.page_url, f"load-{i}", silent_wav))
             await asyncio.sleep(0.3)
         await asyncio.gather(*(asyncio.wait_for(c.agent_joined.wait(), 60) for c in callers))
-        await wait_jobs(port_a, CAPACITY, 20)
-        await wait_jobs(port_b, CAPACITY, 20)
+        await wait_for_jobs(port_a, CAPACITY, 20)
+        await wait_for_jobs(port_b, CAPACITY, 20)
         taken = {name: [j for j in accepted(log) if j not in before[name]] for name, log in logs.items()}
         assert [len(taken["a"]), len(taken["b"])] == [CAPACITY, CAPACITY], taken
         for caller in callers:  # each agent is the job of the worker that accepted it
@@ -86,13 +65,13 @@ async def test_calls_beyond_one_worker_go_to_the_other_and_never_to_a_full_one(
         on_b = next(c for c in callers[:-1] if any(c.agent_identity.endswith(j) for j in taken["b"]))
         await on_b.aclose()
         callers.remove(on_b)
-        await wait_jobs(port_b, CAPACITY - 1, 60)
+        await wait_for_jobs(port_b, CAPACITY - 1, 60)
         await asyncio.sleep(3.0)  # B's next status report (every 2.5 s) marks it available again
         newcomer = await RtcCaller.join(stack.page_url, "load-after", silent_wav)
         callers.append(newcomer)
         await asyncio.wait_for(newcomer.agent_joined.wait(), 30)
         assert any(newcomer.agent_identity.endswith(j) for j in accepted(logs["b"]))
-        await wait_jobs(port_b, CAPACITY, 20)
+        await wait_for_jobs(port_b, CAPACITY, 20)
     finally:
         for caller in callers:
             await caller.aclose()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import wave
 from pathlib import Path
 
@@ -125,3 +126,12 @@ def worker_info(health_port: int) -> dict:
 
 def worker_jobs(health_port: int) -> int:
     return int(worker_info(health_port).get("active_jobs", 0))
+
+
+async def wait_for_jobs(health_port: int, want: int, timeout: float = 60.0) -> None:
+    """Until the worker on `health_port` runs exactly `want` jobs; AssertionError after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while (jobs := await asyncio.to_thread(worker_jobs, health_port)) != want:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"worker on :{health_port} has {jobs} active jobs, expected {want}")
+        await asyncio.sleep(0.5)
