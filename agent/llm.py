@@ -7,6 +7,10 @@
   max_completion_tokens=LLM_MAX_TOKENS)`, thinking off through `extra_body.chat_template_kwargs`
   (vLLM's way to switch Qwen3 templates; a thinking model would hold its first spoken token back for
   seconds).
+  Failure policy: the answer's `llm_node` recovers from every LLM failure (it speaks the apology and the call
+  listens on), so the `error` events this LLM emits are marked recoverable. Otherwise LiveKit counts them,
+  and `max_unrecoverable_errors` (3) failures with no agent speech between them (a caller who talks over
+  every apology while the LLM is down) would close the whole call, silent for good. Same policy as the STT.
   Chat history across turns is the framework's `chat_ctx`, which keeps user and assistant messages.
 - `stream_with_continuation(...)`: when an answer is cut by the token cap (usage.completion_tokens ==
   max tokens) and `ENABLE_CONTINUATION` is on, a second request resumes it. It sends the partial answer
@@ -40,8 +44,17 @@ def llm_client(cfg: AgentConfig) -> openai.AsyncOpenAI:
     return openai_client(base_url=cfg.llm_base_url, api_key=cfg.llm_api_key, timeout=timeout)
 
 
-def build_llm(cfg: AgentConfig, client: openai.AsyncOpenAI, *, continuation: bool = False) -> lk_openai.LLM:
-    return lk_openai.LLM(
+class CallLLM(lk_openai.LLM):
+    """`livekit-plugins-openai`'s LLM whose failures never end the call (see the module docstring)."""
+
+    def emit(self, event: Any, *args: Any) -> None:
+        if event == "error" and args and isinstance(args[0], llm.LLMError) and not args[0].recoverable:
+            args = (args[0].model_copy(update={"recoverable": True}), *args[1:])
+        super().emit(event, *args)
+
+
+def build_llm(cfg: AgentConfig, client: openai.AsyncOpenAI, *, continuation: bool = False) -> CallLLM:
+    return CallLLM(
         model=cfg.llm_model,
         client=client,
         temperature=cfg.llm_temperature,

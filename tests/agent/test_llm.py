@@ -92,3 +92,34 @@ def test_history_for_request_keeps_instructions_and_the_last_items() -> None:
     texts = [item.text_content for item in sent.items]
     assert texts == ["be brief", "m26", "m27", "m28", "m29"]
     assert len(ctx.items) == 31  # the session's own history is untouched
+
+
+async def test_a_failed_answer_is_a_recoverable_error_so_it_never_closes_the_call() -> None:
+    """LiveKit closes the session after `max_unrecoverable_errors` unrecoverable LLM errors with no agent speech
+    between them; the answer's node apologises for every failure, so ours are all recoverable. Five failed
+    requests in a row (more than the limit of 3) reach the listener as recoverable errors."""
+    async with FakeOpenAIServer(Script(llm_fault="500")) as server:
+        cfg = config(server.base_url)
+        client = llm_client(cfg)
+        model = build_llm(cfg, client)
+        seen: list[llm.LLMError] = []
+        model.on("error", seen.append)
+        for _ in range(5):
+            try:
+                await collect_from(model, context(("user", "hello")))
+            except Exception as exc:
+                assert "500" in str(exc) or "Internal" in str(exc), exc
+            else:
+                raise AssertionError("the stand-in answered 500; the stream must fail")
+        await model.aclose()
+        await client.close()
+    assert len(seen) == 5 and all(e.recoverable for e in seen), seen
+
+
+async def collect_from(model: llm.LLM, ctx: llm.ChatContext) -> str:
+    text = ""
+    async with model.chat(chat_ctx=ctx, conn_options=APIConnectOptions(max_retry=0, timeout=5)) as stream:
+        async for chunk in stream:
+            if chunk.delta and chunk.delta.content:
+                text += chunk.delta.content
+    return text

@@ -21,14 +21,8 @@ USER_SAID_JS = """(word) => [...document.querySelectorAll('#transcript p.line.yo
   .some((p) => p.textContent.toLowerCase().includes(word))"""
 
 
-def wait_traces(stack: LocalStack, room: str, predicate, timeout: float = 60.0) -> list[dict]:  # noqa: ANN001
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        records = [r for r in stack.traces() if r["session_id"].startswith(f"{room}-")]
-        if predicate(records):
-            return records
-        time.sleep(0.5)
-    raise AssertionError(f"no trace for room {room} met the condition within {timeout}s: {stack.traces()}")
+def browser_call(records: list[dict]) -> list[dict]:
+    return [r for r in records if r["session_id"].startswith("browser-call-")]
 
 
 def test_browser_call_agent_hears_and_answers(stack: LocalStack, question_wav: Path) -> None:
@@ -45,7 +39,7 @@ def test_browser_call_agent_hears_and_answers(stack: LocalStack, question_wav: P
         second = call.snapshot()
         # the call's trace has all nine points for an answered turn; wait inside the call, since a turn cut
         # short (a reply cut before its first frame) is traced incomplete and the next loop of the WAV answers
-        records = wait_traces(stack, "browser-call", lambda rs: any(r["complete"] for r in rs))
+        records = browser_call(stack.wait_traces(lambda rs: any(r["complete"] for r in browser_call(rs))))
         call.leave()
         problems = list(call.problems)
 

@@ -28,6 +28,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]  # agent/tools/callbench/stack.py -> the repository
@@ -182,6 +183,17 @@ class LocalStack:
         records = []
         for path in sorted((self.workdir / "traces").glob("*.jsonl")):
             records += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return records
+
+    def wait_traces(self, done: Callable[[list[dict]], bool], timeout: float = 60.0) -> list[dict]:
+        """The trace records once `done(records)` holds. The worker writes a turn when the turn finishes, which
+        can be after its caller has left (a reply cut by the hang-up is written at the job's end)."""
+        deadline = time.monotonic() + timeout
+        while not done(records := self.traces()):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the traces did not meet the condition within {timeout:.0f} s: "
+                                     f"{[r.get('session_id') for r in records]}")
+            time.sleep(0.25)
         return records
 
     def __enter__(self) -> LocalStack:
