@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.tracing import Outcome, TraceCollector, TurnTrace, append_record
+from agent.tracing import Outcome, TraceCollector, TurnTrace, append_record, publish
 
 logger = logging.getLogger("agent.journal")
 
@@ -159,6 +159,7 @@ def recover(traces_dir: str | Path, *, pids: set[int] | None = None, reason: str
         for record in entry.get("turns", []):
             record.update(outcome=WORKER_LOST, errors=[*record.get("errors", []), why])
             append_record(Path(traces_dir), record)
+            publish(record)  # OpenTelemetry too, where the process installed it (agent/recovery.py)
         claimed.unlink(missing_ok=True)
         path.with_suffix(".tmp").unlink(missing_ok=True)
         lost.append(

@@ -5,6 +5,8 @@ it supervises exits abnormally; the systemd unit runs it as ExecStopPost), and t
 workers that died with no supervisor watching (`recover_dead_calls(cfg)`):
 - every open call of a dead worker on this host (agent/journal.py) has its open turns appended to the traces
   with outcome `worker_lost`;
+- those turns also go to OpenTelemetry as spans when `OTEL_EXPORTER_OTLP_ENDPOINT` is set (agent/trace_otel.py),
+  like every other finished turn;
 - each such call's agent participant is removed from its room through LiveKit's RoomService. LiveKit itself
   notices a dead agent participant only when its media connection times out (measured on the local server:
   21.3 s after kill -9); removed, the callers see the agent leave at once, and the token server's agent guard
@@ -21,6 +23,8 @@ import logging
 
 from agent.config import AgentConfig
 from agent.journal import LostCall, recover
+from agent.trace_otel import flush as flush_spans
+from agent.trace_otel import install_from_env as install_otel
 
 logger = logging.getLogger("agent.recovery")
 
@@ -72,7 +76,10 @@ def recover_dead_calls(cfg: AgentConfig, *, pids: set[int] | None = None, reason
     """Close the dead workers' open turns and remove their agents (see the module docstring)."""
     if not cfg.traces_dir:
         return []
+    install_otel()  # once per process: the worker has already; `python -m agent recover` has not
     lost = recover(cfg.traces_dir, pids=pids, reason=reason)
+    if lost:
+        flush_spans()  # the recover command exits next
     for call in lost:
         logger.warning(
             "worker lost: call %s in room %s (agent %s): %d open turn(s) closed as worker_lost",

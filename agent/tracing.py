@@ -24,7 +24,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -351,11 +351,7 @@ class TraceCollector:
         self.records.append(record)
         if self.traces_dir is not None:
             self._append(record)
-        for sink in (*self.sinks, *SINKS):  # this collector's, then the process's (agent/trace_otel.py)
-            try:
-                sink(record)
-            except Exception:  # a sink (an exporter) must never end a call
-                logger.exception("trace sink %r failed on %s", sink, record["turn_id"])
+        publish(record, self.sinks)
         return record
 
     def close(self) -> None:
@@ -367,6 +363,15 @@ class TraceCollector:
     def _append(self, record: dict[str, Any]) -> None:
         assert self.traces_dir is not None
         append_record(self.traces_dir, record)
+
+
+def publish(record: dict[str, Any], sinks: Iterable[Callable[[dict[str, Any]], None]] = ()) -> None:
+    """Hand a finished record to `sinks` (a collector's), then to the process's `SINKS` (agent/trace_otel.py)."""
+    for sink in (*sinks, *SINKS):
+        try:
+            sink(record)
+        except Exception:  # a sink (an exporter) must never end a call
+            logger.exception("trace sink %r failed on %s", sink, record.get("turn_id"))
 
 
 def append_record(traces_dir: Path, record: dict[str, Any]) -> None:

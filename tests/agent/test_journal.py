@@ -1,5 +1,6 @@
 """The open-call journal (agent/journal.py): a worker killed mid-turn leaves its open turn on disk, and recovery
-closes it in the traces as `worker_lost`, once. The dead worker is a real process killed with SIGKILL."""
+closes it in the traces (and OpenTelemetry) as `worker_lost`, once. The dead worker is a real process killed with
+SIGKILL."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from agent import tracing
 from agent.journal import WORKER_LOST, CallJournal, journal_dir, recover
+from agent.trace_otel import TraceSpans
 from agent.tracing import TraceCollector
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +49,13 @@ def records(traces: Path) -> list[dict]:
     return [json.loads(line) for path in traces.glob("*.jsonl") for line in path.read_text().splitlines()]
 
 
-def test_a_killed_workers_open_turn_is_closed_as_worker_lost_once(tmp_path: Path) -> None:
+def test_a_killed_workers_open_turn_is_closed_as_worker_lost_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    exporter = InMemorySpanExporter()  # OpenTelemetry, as agent/trace_otel.py installs it with an endpoint set
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(tracing, "SINKS", [TraceSpans(provider)])
     traces = tmp_path / "traces"
     proc = subprocess.Popen(
         [sys.executable, "-c", DYING_WORKER, str(traces)], cwd=ROOT, stdout=subprocess.PIPE, text=True
@@ -62,6 +76,9 @@ def test_a_killed_workers_open_turn_is_closed_as_worker_lost_once(tmp_path: Path
     assert set(record["points"]) == {"vad_speech_start", "vad_speech_end", "stt_done", "llm_request"}
     assert record["errors"] == [f"worker_lost: the worker (pid {proc.pid}) died: killed by signal 9"]
     assert record["user_text_chars"] == len("hello there") and record["complete"] is False
+    (span,) = [sp for sp in exporter.get_finished_spans() if sp.name == "voice_agent.turn"]  # the same record as a span
+    attributes = span.attributes or {}
+    assert attributes["voice_agent.outcome"] == WORKER_LOST and attributes["voice_agent.turn_id"] == record["turn_id"]
     assert recover(traces) == [] and len(records(traces)) == 1  # claimed and gone: never written twice
     assert list(journal_dir(traces).iterdir()) == []
 
