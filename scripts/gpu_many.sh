@@ -7,17 +7,22 @@
 #
 #   scripts/gpu_many.sh prep   # call 1: ASSETS/big (the local-inference wheel, av as tar.xz) into SITE; builds
 #                              # the 0.6B random-weight checkpoint in CKPT; prints what the image has (curl, python)
-#   scripts/gpu_many.sh run    # call 2: ASSETS/rest (every other wheel, livekit-server.xz, the calls script and its
-#                              # clips) into SITE and TOOLS_DIR, then the many-calls run, bounded by BOUND_S
+#   scripts/gpu_many.sh run    # call 2, at once (the machine stays warm 30 s): ASSETS/rest (every other wheel,
+#                              # livekit-server.xz, the calls script and its clips) into SITE and TOOLS_DIR, then
+#                              # the many-calls run, all of it within BOUND_S
 #
 # ASSETS (default .carry_gpu) holds big/ and rest/ (scripts/gpu_many_assets.sh fills it here). Wheels are unzipped
 # into SITE (/tmp/site, first on PYTHONPATH), not installed by pip: the livekit namespace is split over several
 # wheels and pip --target would replace one part's folder with another's. The run: LEVELS (1,16,32,64) calls per
 # level, TURNS (2: two questions, one barge-in) of the calls script, arrivals over WINDOW s (10), PROCS (4) caller
-# processes. BOUND_S (420): the many run is interrupted after that long; its levels done so far are scored from the
-# recorded calls (many_partial.json) when it could not write many.json itself. The run works in WORK
-# (/tmp/gpu_many_work); OUT (default out/gpu_many) gets many.json/many.md (or many_partial.json), many.log, machine_*.txt and many_out.tar.gz (the recorded
-# calls, the stack's logs, traces and worker stats): at most 8 files, as the device tool brings back.
+# processes. BOUND_S (420): the whole `run` part ends within that long (set it some 20 s inside the device call's
+# limit): the many run gets what is left less RESERVE_S (45), then is interrupted, and the levels it finished are
+# scored from the recorded calls (many_partial.json) when it could not write many.json itself. It works in WORK
+# (/tmp/gpu_many_work); OUT (default out/gpu_many) gets many.json and many.md (or many_partial.json), many.log,
+# machine_*.txt and many_out.tar.gz (the recorded calls, the stack's logs, traces and worker stats): at most 8
+# files, as the device tool brings back. WARM_ENGINE=1 (prep): load the engine once in a process of its own
+# session, to fill torch's compile caches before the worker loads; off by default: on an H200 it took 114 s
+# and the run waited 96 s for it (agent/tools/convbench/results/h200_many_2026-11-28/README.md).
 # SKIP_INSTALL=1 uses the interpreter's own packages and the local livekit-server (a check on a dev machine).
 . "$(dirname "$0")/lib/help.sh" 2>/dev/null && show_help_if_asked "$0" "${1:-}"  # --help: the header, nothing run
 set -uo pipefail
@@ -72,7 +77,7 @@ case "$part" in
     t=$(date +%s)
     [ -f "$CKPT/config.json" ] || "$PY" -m tts_engine make-checkpoint --preset 0.6b --out "$CKPT" || exit 1
     say "checkpoint $CKPT ready ($(($(date +%s) - t)) s)"
-    if [ "${WARM_ENGINE:-1}" = 1 ]; then  # the engine's compile pass fills torch's on-disk caches beyond this call
+    if [ "${WARM_ENGINE:-0}" = 1 ]; then  # the engine's compile pass fills torch's on-disk caches beyond this call
       TTS_DEEP_STREAM_MODEL_DIR=$CKPT setsid nohup "$PY" -c 'import time; t = time.monotonic()
 from tts_engine import Engine, EngineConfig
 c = EngineConfig.from_env(); e = Engine.load(c.model_dir, c)
@@ -83,6 +88,7 @@ print(f"warm-up: engine loaded in {time.monotonic() - t:.1f} s, capacity {e.capa
     fi
     ;;
   run)
+    began=$(date +%s)  # BOUND_S counts from here: unpacking and the warm-up's wait are inside it
     machine
     if [ "${SKIP_INSTALL:-0}" != 1 ]; then
       [ -d "$SITE/livekit/local_inference" ] || { say "no $SITE/livekit/local_inference: run prep on this machine first"; exit 3; }
@@ -127,8 +133,10 @@ import agent.worker, token_server.app, agent.tools.convbench.many; print("import
     [ "${SKIP_INSTALL:-0}" = 1 ] || tts=(--tts-model "$CKPT")
     # 64 callers share one address: the token server's per-client limit (30/min) would refuse most of them
     export TOKEN_RATE_LIMIT_PER_MIN=100000 AGENT_STANDBY=0
-    say "many: levels ${LEVELS:=1,16,32,64}, turns ${TURNS:=2}, window ${WINDOW:=10} s, ${PROCS:=4} caller processes, bound ${BOUND_S:=420} s"
-    timeout -s INT -k 25 "$BOUND_S" "$PY" -m agent.tools.convbench.many --calls "$LEVELS" --turns "$TURNS" \
+    left=$((${BOUND_S:=420} - ($(date +%s) - began) - ${RESERVE_S:=45}))  # RESERVE_S: stop, scoring, packing
+    ((left >= 30)) || { say "only ${left} s of BOUND_S=$BOUND_S left for the calls: not started"; exit 1; }
+    say "many: levels ${LEVELS:=1,16,32,64}, turns ${TURNS:=2}, window ${WINDOW:=10} s, ${PROCS:=4} caller processes, ${left} s"
+    timeout -s INT -k 15 "$left" "$PY" -m agent.tools.convbench.many --calls "$LEVELS" --turns "$TURNS" \
       --arrival-window "$WINDOW" --caller-procs "$PROCS" --stand-in production "${tts[@]}" --script "$script" \
       --out "$WORK/many" 2>&1 | tee "$OUT/many.log" | grep -E '^\[many\]|Error|Traceback|^\|' | tail -40
     rc=${PIPESTATUS[0]}
