@@ -9,7 +9,7 @@
   seconds).
   Failure policy: the answer's `llm_node` recovers from every LLM failure (it speaks the apology and the call
   listens on), so the `error` events this LLM emits are marked recoverable. Otherwise LiveKit counts them,
-  and `max_unrecoverable_errors` (3) failures with no agent speech between them (a caller who talks over
+  and more than `max_unrecoverable_errors` (3) failures with no agent speech between them (a caller who talks over
   every apology while the LLM is down) would close the whole call, silent for good. Same policy as the STT.
   Chat history across turns is the framework's `chat_ctx`, which keeps user and assistant messages.
 - `stream_with_continuation(...)`: when an answer is cut by the token cap (usage.completion_tokens ==
