@@ -118,8 +118,8 @@ class AgentConfig:
     # turn-taking (agent/voice.py turn_handling, docs/agent.md "Turn-taking"): ours | vad | livekit
     turn_handling: str = "ours"
     eot_threshold: float = 0.36  # ours: voice+words probability below which the turn waits eot_max_delay_s
-    eot_medium_delay_s: float = 1.2  # ours: the wait when neither the words nor the voice say the caller is done
-    eot_max_delay_s: float = 1.6  # ours: the longest the turn waits for a caller who seems not to be done
+    eot_medium_delay_s: float = 1.8  # ours: the wait when neither the words nor the voice say the caller is done
+    eot_max_delay_s: float = 2.5  # ours: the longest the turn waits for a caller who seems not to be done
     overlap_confirm_s: float = 0.9  # ours: speech over the agent this long cuts it whatever its words
     overlap_duck_db: float = -15.0  # ours: the agent's voice while the caller speaks over it
     enable_continuation: bool = True
@@ -187,8 +187,8 @@ class AgentConfig:
             min_endpointing=env.float("MIN_ENDPOINTING", 0.2, lo=0.0, hi=10.0),
             turn_handling=turn_handling(env),
             eot_threshold=env.float("EOT_THRESHOLD", 0.36, lo=0.0, hi=1.0),
-            eot_medium_delay_s=env.float("EOT_MEDIUM_DELAY_S", 1.2, lo=0.0, hi=10.0),
-            eot_max_delay_s=env.float("EOT_MAX_DELAY_S", 1.6, lo=0.1, hi=10.0),
+            eot_medium_delay_s=env.float("EOT_MEDIUM_DELAY_S", 1.8, lo=0.0, hi=10.0),
+            eot_max_delay_s=env.float("EOT_MAX_DELAY_S", 2.5, lo=0.1, hi=10.0),
             overlap_confirm_s=env.float("OVERLAP_CONFIRM_S", 0.9, lo=0.1, hi=10.0),
             overlap_duck_db=env.float("OVERLAP_DUCK_DB", -15.0, lo=-60.0, hi=0.0),
             enable_continuation=env.bool("ENABLE_CONTINUATION", True),

@@ -13,6 +13,9 @@
   (neither: it waits itself until `medium_s` after the last sound, then returns the threshold). Speech in between
   cancels the framework's wait, ours included, and the turn goes on. No `stream()` method: the framework must
   treat this as a text-protocol detector, not a streaming one.
+- The speech's end is the one this detector saw (`on_speech_ended`, from the STT side's VAD). The framework can ask
+  before it (its own VAD and the early transcript run apart and may be ahead): the judgement then waits for that
+  end, bounded by `hangover_s + VOICE_WAIT_S`, and never measures a wait from an earlier speech's end.
 - Every judgement is handed to `on_decision` (the turn's trace keeps it: `turn_decision`).
 """
 
@@ -75,7 +78,8 @@ class EndOfTurn:
         self.medium_s = medium_s
         self.hangover_s = hangover_s
         self.on_decision = on_decision
-        self._ended_at = 0.0  # perf_counter of the caller's last end of speech
+        self._ended_at: float | None = None  # perf_counter of the end of the caller's speech; None while they speak
+        self._ended = asyncio.Event()  # set with _ended_at
         self._voice = TurnDetector(version="v1-mini")
         self._stream: Any = None  # the voice model's stream, made on the first frame (it needs the running loop)
         self._prediction: asyncio.Future[Any] | None = None
@@ -97,6 +101,7 @@ class EndOfTurn:
 
     async def predict_end_of_turn(self, chat_ctx: llm.ChatContext, *, timeout: float | None = None) -> float:
         words = completeness(last_user_text(chat_ctx))
+        ended_at = await self._speech_end()
         p_voice = await self._voice_probability()
         wait = choose_wait(words, p_voice, self.threshold)
         if self.on_decision is not None:
@@ -111,7 +116,7 @@ class EndOfTurn:
         if wait is Wait.LONG:
             return 0.0
         if wait is Wait.MEDIUM:  # cancelled with the framework's wait if the caller goes on
-            await asyncio.sleep(max(0.0, self._ended_at - self.hangover_s + self.medium_s - time.perf_counter()))
+            await asyncio.sleep(max(0.0, ended_at - self.hangover_s + self.medium_s - time.perf_counter()))
             return self.threshold
         return max(self.threshold, p_voice if p_voice is not None else 1.0)
 
@@ -124,13 +129,27 @@ class EndOfTurn:
 
     def on_speech_started(self) -> None:
         self._prediction = None  # the caller goes on: a judgement of the pause before is moot
+        self._ended_at = None
+        self._ended.clear()
 
     def on_speech_ended(self) -> None:
         """Ask the voice model now, so its answer is ready when the transcript is."""
         self._ended_at = time.perf_counter()
+        self._ended.set()
         if self._stream is None:
             return
         self._prediction = self._stream.predict()
+
+    async def _speech_end(self) -> float:
+        """When the caller's current speech ended; if this detector has not seen that end yet, it waits for it (see the
+        module docstring), and past the bound takes now as the end."""
+        if self._ended_at is None:
+            try:
+                await asyncio.wait_for(self._ended.wait(), self.hangover_s + VOICE_WAIT_S)
+            except TimeoutError:
+                logger.debug("no end of speech seen %.0f ms into the judgement; counting from now",
+                             (self.hangover_s + VOICE_WAIT_S) * 1e3)
+        return self._ended_at if self._ended_at is not None else time.perf_counter()
 
     async def _voice_probability(self) -> float | None:
         fut = self._prediction

@@ -68,6 +68,24 @@ async def test_a_medium_wait_counts_from_the_last_sound_and_ends_when_the_caller
     await eot.aclose()
 
 
+async def test_a_judgement_asked_before_its_speech_ended_waits_for_that_end() -> None:
+    """The framework's VAD and the early transcript can be ahead of the VAD that tells this detector the speech
+    ended. Asked in that gap, the medium wait used to count from the previous speech's end, long past, and so
+    ended the turn at once: 12 of the benchmark's 22 cut-offs, each 300-430 ms into a turn's second pause."""
+    eot = EndOfTurn(threshold=0.99, medium_s=0.5, hangover_s=0.2)
+    eot.on_speech_ended()  # the first clause ends ...
+    eot.on_speech_started()  # ... and the caller goes on after a pause
+    await asyncio.sleep(0.6)  # longer than the medium wait from the first end
+    t0 = time.perf_counter()
+    task = asyncio.ensure_future(eot.predict_end_of_turn(chat("I would like to book a table.")))
+    await asyncio.sleep(0.1)
+    assert not task.done()
+    eot.on_speech_ended()  # the second clause's end reaches the detector 0.1 s after the framework asked
+    assert await task == 0.99
+    assert 0.35 <= time.perf_counter() - t0 < 0.9  # 0.1 s, then 0.5 s from the last sound (0.2 s before its end)
+    await eot.aclose()
+
+
 @pytest.mark.skipif(subprocess.run(["which", "espeak-ng"], capture_output=True).returncode != 0, reason="espeak-ng")
 async def test_the_voice_model_answers_from_the_callers_audio() -> None:
     """The real turn-detector-v1-mini, through the framework's stream, on the audio the caller's speech left in the
