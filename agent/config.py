@@ -19,8 +19,10 @@ T = TypeVar("T")
 
 QUIET_DB = -50.0  # the VAD's quiet gate (agent/vad.py): the page's end-of-speech level (web/stats.js)
 STT_EARLY_MS = 64  # silence inside a speech after which it goes to STT (agent/early_stt.py; docs/agent.md: why 64)
-# a worker's capacity (docs/operations.md "Capacity and load"; `python -m agent.tools.capacity` measures it)
-MAX_SESSIONS = 8
+# a worker's capacity (docs/operations.md "Capacity and load"; `python -m agent.tools.capacity` measures it), when
+# AGENT_MAX_SESSIONS is not set: by where the TTS engine runs (agent/worker.py max_sessions)
+MAX_SESSIONS_CPU_ENGINE = 1  # embedded on the CPU: the 2-core box holds one call (a second triples the response)
+MAX_SESSIONS = 8  # on a GPU, or a remote engine: not yet measured through the stack
 CPU_LIMIT = 0.85
 
 
@@ -43,6 +45,11 @@ def _in_range(value: str, lo: float, hi: float, kind: type[int] | type[float]) -
     except ValueError:
         return None
     return number if lo <= number <= hi else None  # also None for nan
+
+
+def max_sessions(env: Env) -> int | None:
+    """`AGENT_MAX_SESSIONS` (1..1024), or None when unset: the worker then goes by where its engine runs."""
+    return None if env.raw("AGENT_MAX_SESSIONS") is None else env.int("AGENT_MAX_SESSIONS", MAX_SESSIONS, lo=1, hi=1024)
 
 
 def cpu_limit(env: Env) -> float | None:
@@ -151,7 +158,7 @@ class AgentConfig:
     num_idle_processes: int = 1
     init_timeout_s: float = 600.0
     drain_timeout_s: int = 10  # on SIGTERM: calls may go on this long, then end (agent leaves, traces written)
-    max_sessions: int = MAX_SESSIONS  # calls at which the worker is full (agent/worker.py current_load)
+    max_sessions: int | None = None  # calls at which the worker is full; None: by the engine (worker.max_sessions)
     cpu_limit: float | None = CPU_LIMIT  # its CPU's share of its cores at which it is full; None = no CPU limit
     load_threshold: float = 0.9  # the load LiveKit reads as full; each limit reached reports exactly this
     stats_path: str = ""  # AGENT_STATS_PATH: one JSON line a second about the worker (agent/worker_stats.py)
@@ -212,7 +219,7 @@ class AgentConfig:
             num_idle_processes=env.int("AGENT_NUM_IDLE_PROCESSES", 1, lo=0, hi=64),
             init_timeout_s=env.float("AGENT_INIT_TIMEOUT_S", 600.0, lo=10.0, hi=3600.0),
             drain_timeout_s=env.int("AGENT_DRAIN_TIMEOUT_S", 10, lo=1, hi=3600),
-            max_sessions=env.int("AGENT_MAX_SESSIONS", MAX_SESSIONS, lo=1, hi=1024),
+            max_sessions=max_sessions(env),
             cpu_limit=cpu_limit(env),
             load_threshold=env.float("AGENT_LOAD_THRESHOLD", 0.9, lo=0.05, hi=1.0),
             stats_path=env.str("AGENT_STATS_PATH", ""),

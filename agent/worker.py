@@ -45,7 +45,7 @@ from livekit.agents import AgentServer, AutoSubscribe, JobContext, JobExecutorTy
 # agent.voice: the rest) are imported here, at module import, never first inside prewarm/entrypoint (job threads).
 from agent import livekit_internals, worker_stats
 from agent.callers import follow_callers, install_room_closing_filter
-from agent.config import AgentConfig
+from agent.config import MAX_SESSIONS, MAX_SESSIONS_CPU_ENGINE, AgentConfig
 from agent.engine_client import LocalBackend, RemoteBackend, TTSBackend
 from agent.journal import CallJournal
 from agent.local.defaults import RANDOM_WEIGHTS_WARNING, ensure_random_checkpoint
@@ -85,7 +85,7 @@ def get_backend(cfg: AgentConfig) -> TTSBackend:
     with _lock:
         if _backend is None:
             if cfg.tts_engine_url:
-                _backend = RemoteBackend(cfg.tts_engine_url, capacity=cfg.max_sessions)
+                _backend = RemoteBackend(cfg.tts_engine_url, capacity=max_sessions(cfg))
                 logger.info("TTS: remote engine at %s", cfg.tts_engine_url)
             else:
                 from tts_engine import Engine, EngineConfig
@@ -122,6 +122,15 @@ def prewarm(proc: JobProcess) -> None:
             _tuned = True
 
 
+def max_sessions(cfg: AgentConfig) -> int:
+    """`AGENT_MAX_SESSIONS`, else by where the TTS runs: the embedded engine on the CPU `MAX_SESSIONS_CPU_ENGINE`,
+    measured on the 2-core box; anything else (a GPU, a remote engine) `MAX_SESSIONS`."""
+    if cfg.max_sessions is not None:
+        return cfg.max_sessions
+    engine = _engine
+    return MAX_SESSIONS_CPU_ENGINE if engine is not None and engine.device.type == "cpu" else MAX_SESSIONS
+
+
 def current_load(server: Any = None) -> float:
     """LiveKit's load_fnc: every 0.5 s and before each job offer (`server`: LiveKit's AgentServer). Each limit's share
     in use: calls of `AGENT_MAX_SESSIONS` (LiveKit's own job count, so a call accepted but not yet connected
@@ -133,7 +142,7 @@ def current_load(server: Any = None) -> float:
     calls = len(server.active_jobs) if server is not None else _active_calls
     backend = _backend
     shares = {
-        "calls": calls / cfg.max_sessions,
+        "calls": calls / max_sessions(cfg),
         "engine": backend.active_streams / backend.capacity if backend is not None else 0.0,
         "cpu": stats.cpu_cores(CPU_WINDOW_S) / stats.cores / cfg.cpu_limit if cfg.cpu_limit else 0.0,
     }
