@@ -26,7 +26,9 @@ from agent.tools.callbench.bench import device, versions
 from agent.tools.callbench.speech import speech_wav
 from agent.tools.callbench.stack import LocalStack
 
-STACK_ENV = {"LLM_MAX_TOKENS": "40", "AGENT_CPU_LIMIT": "off"}  # the load then counts calls and streams only
+# the load then counts calls and streams only; two calls a worker (the call tests' figure, tests/call/conftest.py):
+# the drill's subject is recovery, and a call still winding down must not hold the next try's call back
+STACK_ENV = {"LLM_MAX_TOKENS": "40", "AGENT_CPU_LIMIT": "off", "AGENT_MAX_SESSIONS": "2"}
 TARGET_S = {1: 15.0, 2: 5.0}
 
 
