@@ -33,6 +33,7 @@ from agent.tools.convbench.timeline import Timeline
 STACK_ENV = {
     "LLM_MAX_TOKENS": "12",  # SmolLM2 answers at length: 12 tokens are about 8 s of the random-weight voice
     "ENABLE_CONTINUATION": "0",
+    "AGENT_MAX_SESSIONS": "2",  # a script's call still winding down must not hold the next one back (one at a time)
     # never a one-word answer (a reply shorter than its cue leaves the cued item unplayed); the LLM's words do
     # not change how the agent takes turns
     "AGENT_INSTRUCTIONS": "You are a friendly voice assistant. Answer every message in two or three full spoken "
