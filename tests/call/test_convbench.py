@@ -30,8 +30,8 @@ pytestmark = [pytest.mark.call, pytest.mark.convbench]
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    stack = LocalStack(tmp_path_factory.mktemp("convbench-stack"), **STACK_ENV, TURN_HANDLING="ours",
-                       AGENT_MAX_SESSIONS="4")  # fmt: skip
+    env = {**STACK_ENV, "TURN_HANDLING": "ours", "AGENT_MAX_SESSIONS": "4"}  # three calls at once, and the page's
+    stack = LocalStack(tmp_path_factory.mktemp("convbench-stack"), **env)
     stack.start()
     try:
         yield stack
