@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     thresholds = Thresholds(silence_db=args.silence_db, stop_min_ms=args.stop_min_ms, duck_db=args.duck_db)
     timelines_dir = args.out / "timelines"
     if args.compare:
-        runs = [json.loads(path.read_text()) for path in args.compare]
+        runs = [{**json.loads(path.read_text()), "run": path.parent.name} for path in args.compare]
         args.out.mkdir(parents=True, exist_ok=True)
         reports.compare_plot(runs, args.out / "compare.png")
         print(f"[convbench] wrote {args.out / 'compare.png'}")

@@ -146,7 +146,8 @@ def plot(report: dict[str, Any], path: Path) -> None:
 
 
 def compare_plot(reports: list[dict[str, Any]], path: Path) -> None:
-    """One point per run: false cut-off rate against end-of-turn decision P50 (bar: P95)."""
+    """One point per run: false cut-off rate against end-of-turn decision P50 (bar: P95); labelled by its mode and, when
+    given, its `run` (the folder it was read from)."""
     import matplotlib  # heavy: only when a plot is written
 
     matplotlib.use("Agg")
@@ -158,8 +159,9 @@ def compare_plot(reports: list[dict[str, Any]], path: Path) -> None:
         d = r["summary"]["true_ends"]["decision_ms"]
         if d["p50"] is None:
             continue
+        run = f" ({r['run']})" if r.get("run") else ""
         ax.errorbar([x], [d["p50"]], yerr=[[0], [d["p95"] - d["p50"]]], fmt="o", capsize=4,
-                    label=f"{r['config']['turn_handling']} (P50, bar to P95)")  # fmt: skip
+                    label=f"{r['config']['turn_handling']}{run}: P50, bar to P95")  # fmt: skip
     ax.axvline(100 * TARGETS["false_cutoff_rate"], color="grey", ls=":")
     ax.axhline(TARGETS["decision_p50_ms"], color="grey", ls=":")
     ax.set(xlabel="false cut-offs (% of pauses inside a turn)", ylabel="end-of-turn decision (ms)",
