@@ -83,7 +83,9 @@ describe() {  # exit status -> words
 
 registered_since() {  # did the output written since byte $1 hold the ready line?
   [ -n "$OUT" ] && [ -n "$READY_LINE" ] || return 1
-  tail -c "+$(($1 + 1))" "$OUT" 2>/dev/null | grep -qF -- "$READY_LINE"
+  # grep reads it all (no -q): with -q it stops at the match, tail dies of SIGPIPE on a long log, and pipefail then
+  # reads a registered worker as one that never registered (a worker killed after minutes was not restarted)
+  tail -c "+$(($1 + 1))" "$OUT" 2>/dev/null | grep -F -- "$READY_LINE" >/dev/null
 }
 
 start_standby() {

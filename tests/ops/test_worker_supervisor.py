@@ -76,9 +76,20 @@ def wait_until(condition, timeout: float, what: str) -> None:  # noqa: ANN001
         time.sleep(0.1)
 
 
-def test_a_killed_worker_is_restarted_and_its_open_turn_closed(ops_env: dict[str, str], tmp_path: Path) -> None:
+# after registering, a real worker logs for minutes: 512 KB of it (more than a pipe holds) before the kill
+CHATTY = STAND_IN.replace(
+    "time.sleep(600)", 'sys.stdout.write(("x" * 1023 + chr(10)) * 512); sys.stdout.flush()\ntime.sleep(600)'
+)
+
+
+@pytest.mark.parametrize("log_after_registering", ["short", "long"])
+def test_a_killed_worker_is_restarted_and_its_open_turn_closed(
+    ops_env: dict[str, str], tmp_path: Path, log_after_registering: str
+) -> None:
+    """Also after a long log: the supervisor read "registered worker" through `tail | grep -q` under pipefail, so
+    past a pipe's worth of output tail died of SIGPIPE and the worker counted as never registered (not restarted)."""
     script, traces = tmp_path / "stand_in.py", tmp_path / "traces"
-    script.write_text(STAND_IN)
+    script.write_text(STAND_IN if log_after_registering == "short" else CHATTY)
     port = _free_port()
     env = dict(ops_env, TOKEN_SERVER="0", AGENT="1", AGENT_HTTP_PORT=str(port), AGENT_START_TIMEOUT="30",
                AGENT_CMD=f"{sys.executable} {script} {traces} {port}", TRACES_DIR=str(traces),
