@@ -11,7 +11,7 @@ import pytest
 
 from agent.tools.callbench.browser import BrowserCall
 from agent.tools.callbench.measure import match_barge_ins
-from agent.tools.callbench.stack import LocalStack
+from agent.tools.callbench.stack import LocalStack, room_traces
 from agent.tracing import POINTS
 
 pytestmark = [pytest.mark.browser, pytest.mark.call]
@@ -19,10 +19,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.call]
 AGENT_PRESENT_JS = "() => !['not here', 'initializing'].includes(document.getElementById('agent-state').textContent)"
 USER_SAID_JS = """(word) => [...document.querySelectorAll('#transcript p.line.you')]
   .some((p) => p.textContent.toLowerCase().includes(word))"""
-
-
-def browser_call(records: list[dict]) -> list[dict]:
-    return [r for r in records if r["session_id"].startswith("browser-call-")]
 
 
 def test_browser_call_agent_hears_and_answers(stack: LocalStack, question_wav: Path) -> None:
@@ -39,7 +35,8 @@ def test_browser_call_agent_hears_and_answers(stack: LocalStack, question_wav: P
         second = call.snapshot()
         # the call's trace has all nine points for an answered turn; wait inside the call, since a turn cut
         # short (a reply cut before its first frame) is traced incomplete and the next loop of the WAV answers
-        records = browser_call(stack.wait_traces(lambda rs: any(r["complete"] for r in browser_call(rs))))
+        done = stack.wait_traces(lambda rs: any(r["complete"] for r in room_traces(rs, "browser-call")))
+        records = room_traces(done, "browser-call")
         call.leave()
         problems = list(call.problems)
 

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.tools.callbench.stack import LocalStack
+from agent.tools.callbench.stack import LocalStack, room_traces
 from agent.tools.convbench import corpus, many
 from agent.tools.convbench.conductor import play_script
 from agent.tools.convbench.page_line import PageLine
-from agent.tools.convbench.runner import STACK_ENV, room_traces
+from agent.tools.convbench.runner import STACK_ENV
 from agent.tools.convbench.score import score
 from agent.tools.convbench.script import load_script
 from agent.tools.convbench.timeline import Timeline

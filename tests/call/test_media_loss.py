@@ -14,13 +14,10 @@ from pathlib import Path
 import pytest
 
 from agent.tools.callbench.stack import LocalStack
-from agent.tools.faults import media_loss
+from agent.tools.faults import STACK_ENV, media_loss
 from agent.tools.faults.netns import CallerNetwork
 
 pytestmark = pytest.mark.call
-# the load then counts calls and streams only; two calls a worker (the call tests' figure, tests/call/conftest.py):
-# the drill's subject is recovery, and a call still winding down must not hold the next try's call back
-STACK_ENV = {"LLM_MAX_TOKENS": "40", "AGENT_CPU_LIMIT": "off", "AGENT_MAX_SESSIONS": "2"}
 
 
 @pytest.fixture(scope="module")

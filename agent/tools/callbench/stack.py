@@ -37,6 +37,12 @@ PRODUCTION_VARIABLES = ("LIVEKIT_URL", "LLM_BASE_URL", "STT_BASE_URL", "TTS_DEEP
 PASSED_THROUGH = ("STT_EARLY_MS", "TURN_HANDLING")
 
 
+def room_traces(stack: LocalStack | list[dict], room: str) -> list[dict]:
+    """The trace records of `room`'s calls (the worker names a call `<room>-<job>`), from a stack or a list."""
+    records = stack.traces() if isinstance(stack, LocalStack) else stack
+    return [r for r in records if str(r.get("session_id", "")).startswith(f"{room}-")]
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

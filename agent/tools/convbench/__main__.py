@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 
 from agent.tools.callbench.bench import device, versions
-from agent.tools.callbench.stack import LocalStack
+from agent.tools.callbench.stack import LocalStack, room_traces
 from agent.tools.convbench import report as reports
 from agent.tools.convbench.activity import Thresholds
-from agent.tools.convbench.runner import STACK_ENV, read_traces, room_traces, run_scripts
+from agent.tools.convbench.runner import STACK_ENV, read_traces, run_scripts
 from agent.tools.convbench.score import score
 from agent.tools.convbench.script import ScriptError, load_corpus, load_script
 from agent.tools.convbench.timeline import Timeline

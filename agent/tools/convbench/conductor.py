@@ -31,7 +31,7 @@ POLL_S = 0.01
 REPLY_DONE_MS = 1000.0
 SETTLE_MS = 4000.0
 CUE_LATE_MS = 150.0
-CUE_GRACE_MS = 1500.0  # a playout gap of the random-weight CPU voice under load reached 0.84 s (CI, 2 cores)
+CUE_GRACE_MS = 1500.0  # the CPU voice's playout gap under load reached 0.84 s (scripts/test.sh, 2 cores, 2026-11-28)
 FINAL_WAIT_MS = 30_000.0
 BUSY_STATES = ("thinking", "speaking")
 

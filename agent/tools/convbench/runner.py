@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agent.tools.callbench.speech import speak
-from agent.tools.callbench.stack import LocalStack
+from agent.tools.callbench.stack import LocalStack, room_traces
 from agent.tools.convbench.activity import Thresholds
 from agent.tools.convbench.caller import ScriptedCaller
 from agent.tools.convbench.conductor import play_script, wait_agent_done
@@ -42,12 +42,6 @@ STACK_ENV = {
 JOIN_TIMEOUT_S = 90.0
 TRACE_SETTLE_S = 1.5  # a turn's trace is written when its reply ends or is cut: read them a moment after leaving
 WARMUP_TEXT = "Hello, can you hear me?"
-
-
-def room_traces(stack: LocalStack | list[dict], room: str) -> list[dict]:
-    """The trace records of `room`'s calls (the worker names a call `<room>-<job>`), from a stack or a list."""
-    records = stack.traces() if isinstance(stack, LocalStack) else stack
-    return [r for r in records if str(r.get("session_id", "")).startswith(f"{room}-")]
 
 
 def read_traces(folder: Path) -> list[dict]:

@@ -25,10 +25,8 @@ from typing import Any
 from agent.tools.callbench.bench import device, versions
 from agent.tools.callbench.speech import speech_wav
 from agent.tools.callbench.stack import LocalStack
+from agent.tools.faults import STACK_ENV
 
-# the load then counts calls and streams only; two calls a worker (the call tests' figure, tests/call/conftest.py):
-# the drill's subject is recovery, and a call still winding down must not hold the next try's call back
-STACK_ENV = {"LLM_MAX_TOKENS": "40", "AGENT_CPU_LIMIT": "off", "AGENT_MAX_SESSIONS": "2"}
 TARGET_S = {1: 15.0, 2: 5.0}
 
 
