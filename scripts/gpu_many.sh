@@ -15,9 +15,10 @@
 # into SITE (/tmp/site, first on PYTHONPATH), not installed by pip: the livekit namespace is split over several
 # wheels and pip --target would replace one part's folder with another's. The run: LEVELS (1,16,32,64) calls per
 # level, TURNS (2: two questions, one barge-in) of the calls script, arrivals over WINDOW s (10), PROCS (4) caller
-# processes. BOUND_S (420): the whole `run` part ends within that long (set it some 20 s inside the device call's
-# limit): the many run gets what is left less RESERVE_S (45), then is interrupted, and the levels it finished are
-# scored from the recorded calls (many_partial.json) when it could not write many.json itself. It works in WORK
+# processes, WORKERS (1) worker processes, spread over GPUS GPUs when set (one a GPU, round robin). BOUND_S (420):
+# the whole `run` part ends within that long (set it some 20 s inside the device call's limit): the many run gets
+# what is left less RESERVE_S (45), then is interrupted, and the levels it finished are scored from the recorded
+# calls (many_partial.json) when it could not write many.json itself. It works in WORK
 # (/tmp/gpu_many_work); OUT (default out/gpu_many) gets many.json and many.md (or many_partial.json), many.log,
 # machine_*.txt and many_out.tar.gz (the recorded calls, the stack's logs, traces and worker stats): at most 8
 # files, as the device tool brings back. WARM_ENGINE=1 (prep): load the engine once in a process of its own
@@ -135,9 +136,10 @@ import agent.worker, token_server.app, agent.tools.convbench.many; print("import
     export TOKEN_RATE_LIMIT_PER_MIN=100000 AGENT_STANDBY=0
     left=$((${BOUND_S:=420} - ($(date +%s) - began) - ${RESERVE_S:=45}))  # RESERVE_S: stop, scoring, packing
     ((left >= 30)) || { say "only ${left} s of BOUND_S=$BOUND_S left for the calls: not started"; exit 1; }
-    say "many: levels ${LEVELS:=1,16,32,64}, turns ${TURNS:=2}, window ${WINDOW:=10} s, ${PROCS:=4} caller processes, ${left} s"
+    say "many: levels ${LEVELS:=1,16,32,64}, turns ${TURNS:=2}, window ${WINDOW:=10} s, ${PROCS:=4} caller processes, ${WORKERS:=1} worker(s) over ${GPUS:=0} GPU(s) (0: unset), ${left} s"
     timeout -s INT -k 15 "$left" "$PY" -m agent.tools.convbench.many --calls "$LEVELS" --turns "$TURNS" \
-      --arrival-window "$WINDOW" --caller-procs "$PROCS" --stand-in production "${tts[@]}" --script "$script" \
+      --arrival-window "$WINDOW" --caller-procs "$PROCS" --workers "$WORKERS" --gpus "$GPUS" --stand-in production \
+      "${tts[@]}" --script "$script" \
       --out "$WORK/many" 2>&1 | tee "$OUT/many.log" | grep -E '^\[many\]|Error|Traceback|^\|' | tail -40
     rc=${PIPESTATUS[0]}
     say "many exited $rc"
@@ -153,13 +155,13 @@ from agent.tools.convbench import many, worker_stats
 from agent.tools.convbench.activity import DEFAULT_THRESHOLDS
 from agent.tools.convbench.timeline import Timeline
 out = Path(sys.argv[1]); levels = []; since = 0.0
-stats = worker_stats.read(out / "stack" / "worker_stats.jsonl")
+stats = [worker_stats.read(p) for p in sorted((out / "stack").glob("worker_stats*.jsonl"))]  # one file a worker
 for d in sorted((out / "timelines").glob("n*"), key=lambda p: int(p.name[1:])):
     files = sorted(d.glob("*.json"))
     tls = [Timeline.from_json(json.loads(p.read_text())) for p in files]
     rows = [many.call_row(tl, DEFAULT_THRESHOLDS) for tl in tls]
     written = max(p.stat().st_mtime for p in files)  # the worker's figures: from the level before to this one's end
-    w = worker_stats.summarize(stats, since, written)
+    w = [worker_stats.summarize(records, since, written) for records in stats]
     since = written
     levels.append({**many.level_summary(len(tls), rows, [], w), "rows": rows, "partial": True})
 report = {"benchmark": "convbench.many", "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),

@@ -7,6 +7,11 @@
 #                                    # streams; fails unless every tokens level has no late stream and first audio
 #                                    # P95 <= 150 ms (GATE_FIRST_P95_MS)
 #   scripts/gpu_verify.sh peer       # the peer (faster-qwen3-tts) at 1, 2, 4 concurrent requests
+#   BASE=base.tar.gz scripts/gpu_verify.sh loadcmp
+#                                    # bench load, whole text, at LEVELS (1,128,256), engine told 0 and 100 ms, for
+#                                    # this tree and then for a baseline engine (BASE: `git archive REV tts_engine`
+#                                    # gzipped), on one machine in one call: "within noise" of a committed figure
+#                                    # measured on another day or another GPU cannot be read otherwise
 #
 # Results go under $OUT (default ./out/gpu). Wheels the GPU image lacks (pytest, pytest-asyncio, the peer and its
 # pure-Python dependencies; docs/benchmarks.md lists them) are installed from the ignored .whl/ folder, which the
@@ -15,7 +20,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-part=${1:?usage: scripts/gpu_verify.sh tests|load|tokens|peer}
+part=${1:?usage: scripts/gpu_verify.sh tests|load|tokens|peer|loadcmp}
 OUT=${OUT:-out/gpu}
 mkdir -p "$OUT"
 PY=${PYTHON:-python}
@@ -62,8 +67,21 @@ case "$part" in
     "$PY" -m tts_engine bench load --model-dir /tmp/c06 --levels 1 --profile-rows "" --peer-levels 1,2,4 \
       --peer-runs "${PEER_RUNS:-5}" --results-dir "$OUT" 2>&1 | tee "$OUT/peer.txt" | tail -40
     ;;
+  loadcmp)
+    ckpt 0.6b /tmp/c06
+    base=/tmp/base_engine
+    rm -rf "$base" && mkdir -p "$base" && tar -C "$base" -xzf "${BASE:?BASE: a tar.gz of a baseline tts_engine}"
+    for which in head base; do  # head first: its engine load fills torch's compile caches for both
+      root=$PWD
+      [[ $which == base ]] && root=$base
+      (cd "$root" && "$PY" -m tts_engine bench load --model-dir /tmp/c06 --levels "${LEVELS:-1,128,256}" \
+        --client-buffer-ms 0,100 --profile-rows "" --results-dir "$OUT/$which") 2>&1 | grep -v Warning |
+        tail -14 | tee -a "$OUT/loadcmp.txt"
+      rm -f "$OUT/$which"/*.png "$OUT/$which"/*.partial.json
+    done
+    ;;
   *)
-    echo "unknown part '$part': use tests, load, tokens or peer" >&2
+    echo "unknown part '$part': use tests, load, tokens, peer or loadcmp" >&2
     exit 2
     ;;
 esac

@@ -83,7 +83,7 @@ def test_three_calls_at_once_each_in_its_own_room(stack: LocalStack, scripts: Pa
     assert [r["errors"] for r in rows] == [[], [], []]
     assert all(r["turns"] == 2 and any(v is not None for v in r["response_ms"]) for r in rows), rows  # all answered
     assert all(r["replies"] >= 1 and r["concealed_ms"] is not None for r in rows), rows
-    summary = many.level_summary(3, rows, health, {"samples": 0})
+    summary = many.level_summary(3, rows, health, [{"samples": 0}])
     assert summary["failed_calls"] == 0 and summary["response_ms"]["n"] >= 3
     (process,) = health
     assert process["frames"] > 0 and process["publish_late_ms"]["p50"] is not None

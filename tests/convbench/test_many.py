@@ -43,7 +43,7 @@ def test_a_call_row_counts_responses_gaps_stalls_and_concealment() -> None:
     assert row["gaps_ms"] == [pytest.approx(60.0)] and row["stalls_ms"] == [pytest.approx(80.0, abs=1.0)]
     assert row["concealed_ms"] == pytest.approx(75.0)  # (4800 - 1200) samples at 48 kHz
     assert not row["failed"]
-    summary = many.level_summary(1, [row], [{"publish_late_ms": {"p99": 1.0, "max": 2.0}}], {"samples": 0})
+    summary = many.level_summary(1, [row], [{"publish_late_ms": {"p99": 1.0, "max": 2.0}}], [{"samples": 0}])
     assert summary["response_ms"]["n"] == 1 and summary["unanswered_turns"] == 1 and summary["calls_with_gap"] == 1
     assert summary["gaps"] == 1 and summary["stalls"] == 1 and summary["concealed_ms_total"] == 75.0
     assert "| 1 | 0 | 1/2 |" in many.markdown({"device": "d", "date": "2026-11-28", "command": "c",
@@ -119,3 +119,14 @@ def test_caller_processes_return_their_calls_and_health_even_when_calls_fail(tmp
     assert len(timelines) == 3 and len(health) == 2
     assert all(tl.errors and "ClientConnectorError" in tl.errors[0] for tl in timelines), [t.errors for t in timelines]
     assert all(many.call_row(tl, many.DEFAULT_THRESHOLDS)["failed"] for tl in timelines)
+
+
+def test_each_worker_gets_its_stats_file_its_share_and_a_gpu_round_robin(tmp_path: Path) -> None:
+    alone = many.worker_env(0, 1, 0, tmp_path / "s.jsonl", 16)
+    assert alone == {"AGENT_STATS_PATH": str((tmp_path / "s.jsonl").resolve()), "AGENT_MAX_SESSIONS": "16"}
+    spread = [many.worker_env(i, 4, 2, tmp_path / f"s{i}.jsonl", 32) for i in range(4)]
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in spread] == ["0", "1", "0", "1"]
+    # two engines share each GPU: each gets half of the default memory share
+    share = float(spread[0]["TTS_DEEP_STREAM_GPU_MEMORY_FRACTION"])
+    assert share == pytest.approx(many.EngineConfig.gpu_memory_fraction / 2, abs=1e-3)
+    assert "TTS_DEEP_STREAM_GPU_MEMORY_FRACTION" not in many.worker_env(1, 2, 2, tmp_path / "t.jsonl", 8)

@@ -12,8 +12,10 @@ silence, failed calls and turns never answered; per worker the stats file (`AGEN
 Writes DIR/many.json, DIR/many.md, DIR/many.png (response and gaps against N), DIR/timelines/n<N>/ (the recorded
 calls) and DIR/stack/ (logs, traces, worker stats). `--stand-in production` puts agent.tools.fake_openai (real
 HTTP) in place of the LLM and STT with production-like times (first token 150 ms, then 40 tokens/s; STT 150 ms);
-`--tts-model DIR` gives the worker real (or random 0.6B) weights on a GPU host. Exit 0 when no call failed, 1
-otherwise.
+`--tts-model DIR` gives the worker real (or random 0.6B) weights on a GPU host. `--workers K` runs K worker
+processes behind the one LiveKit server (each with its own engine, stats file and an even share of the largest N
+as `AGENT_MAX_SESSIONS`), `--gpus G` spreads them over G GPUs: LiveKit's dispatch places the calls. Exit 0 when no
+call failed, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import asyncio
 import concurrent.futures
 import datetime as dt
 import json
+import math
 import multiprocessing
 import secrets
 import subprocess
@@ -47,11 +50,21 @@ from agent.tools.convbench.score import EOT_WINDOW_S, Signals, cued_rows
 from agent.tools.convbench.script import Script, Turn, load_script
 from agent.tools.convbench.timeline import Timeline
 from agent.tools.fake_openai import PRESETS
+from tts_engine.config import EngineConfig
 from tts_engine.percentiles import percentiles
 
 GAP_MS = 40.0  # issue 32: an audible gap is no agent audio for more than 40 ms inside a reply
 STAND_INS = {"production": PRESETS["production"]}  # agent.tools.fake_openai --preset production
 SPAWN_LEAD_S = 6.0  # caller processes import livekit and numpy before the first arrival
+
+
+@dataclass(frozen=True)
+class Worker:
+    """One worker process of the run: start_all's `agent`, or an extra one the run starts."""
+
+    name: str
+    health_port: int
+    stats_path: Path
 
 
 @dataclass
@@ -185,7 +198,8 @@ def call_row(tl: Timeline, th: Thresholds) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def level_summary(n: int, rows: list[dict], health: list[dict], worker: dict) -> dict[str, Any]:
+def level_summary(n: int, rows: list[dict], health: list[dict], workers: list[dict]) -> dict[str, Any]:
+    """One level's figures; `workers` holds each worker's stats summary (worker_stats.summarize), in start order."""
     responses = [v for r in rows for v in r["response_ms"] if v is not None]
     gaps = [g for r in rows for g in r["gaps_ms"]]
     stalls = [s for r in rows for s in r["stalls_ms"]]
@@ -201,7 +215,7 @@ def level_summary(n: int, rows: list[dict], health: list[dict], worker: dict) ->
         "concealed_ms_total": round(sum(concealed), 1) if concealed else None,
         "barge_in_silence_ms": {"n": len(silences), **percentiles(silences, (50, 95), 1)},
         "barge_in_missed": sum(r["barge_in_missed"] for r in rows),
-        "caller_processes": health, "worker": worker,
+        "caller_processes": health, "workers": workers,
     }  # fmt: skip
 
 
@@ -218,25 +232,46 @@ def stand_in(kind: str, log: Path) -> tuple[subprocess.Popen, str]:
     return proc, f"http://127.0.0.1:{port}/v1"
 
 
-def wait_idle(health_port: int, timeout_s: float = 90.0) -> None:
-    """Until the worker has no job left (LiveKit closes a room some seconds after its caller left)."""
+def wait_idle(health_ports: list[int], timeout_s: float = 90.0) -> None:
+    """Until no worker has a job left (LiveKit closes a room some seconds after its caller left)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            if int(worker_info(health_port).get("active_jobs", 0)) == 0:
+            if all(int(worker_info(port).get("active_jobs", 0)) == 0 for port in health_ports):
                 return
         except OSError:
             pass
         time.sleep(1.0)
 
 
+def worker_env(index: int, workers: int, gpus: int, stats_path: Path, sessions: int) -> dict[str, str]:
+    """Worker `index`'s own settings: its stats file, its share of the calls and, with `gpus`, its GPU (round robin)
+    and, where several share one GPU, an even share of that GPU's memory for its engine."""
+    env = {"AGENT_STATS_PATH": str(stats_path.resolve()), "AGENT_MAX_SESSIONS": str(sessions)}
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = str(index % gpus)
+        sharing = math.ceil(workers / gpus)
+        if sharing > 1:
+            env["TTS_DEEP_STREAM_GPU_MEMORY_FRACTION"] = f"{EngineConfig.gpu_memory_fraction / sharing:.3f}"
+    return env
+
+
+def start_extra_workers(stack: LocalStack, envs: dict[str, dict[str, str]], timeout_s: float = 600.0) -> list[Worker]:
+    """The workers named in `envs`, each with its own settings, started at once (each loads its own engine: minutes
+    on a cold GPU host) and awaited until registered."""
+    with concurrent.futures.ThreadPoolExecutor(max(1, len(envs))) as pool:
+        procs = dict(zip(envs, pool.map(lambda name: stack.start_worker(name, timeout_s, **envs[name]), envs),
+                         strict=True))  # fmt: skip
+    return [Worker(name, procs[name].health_port, Path(envs[name]["AGENT_STATS_PATH"])) for name in envs]
+
+
 def measure(stack: LocalStack, levels: list[int], script_path: Path, *, window_s: float, procs: int,
-            turns: int | None, stats_path: Path | None, keep: Path | None = None,
+            turns: int | None, workers: list[Worker], keep: Path | None = None,
             progress=print) -> list[dict]:  # noqa: ANN001  # fmt: skip
     """Each level in turn; the recorded calls go to `keep`/n<N>/ when given."""
     out = []
     for n in levels:
-        wait_idle(stack.ports["AGENT_HTTP_PORT"])
+        wait_idle([w.health_port for w in workers])
         t0 = time.time()
         timelines, health = run_calls(stack.page_url, script_path, n, window_s=window_s, procs=procs, turns=turns)
         t1 = time.time()
@@ -245,11 +280,14 @@ def measure(stack: LocalStack, levels: list[int], script_path: Path, *, window_s
             for tl in timelines:
                 (keep / f"n{n}" / f"{tl.room}.json").write_text(json.dumps(tl.to_json()) + "\n")
         rows = [call_row(tl, DEFAULT_THRESHOLDS) for tl in timelines]
-        summary = level_summary(n, rows, health, stats_file.summarize(stats_file.read(stats_path), t0, t1))
+        summary = level_summary(n, rows, health, [stats_file.summarize(stats_file.read(w.stats_path), t0, t1)
+                                                  for w in workers])  # fmt: skip
         out.append({**summary, "rows": rows, "seconds": round(t1 - t0, 1)})
         r = summary["response_ms"]
+        spread = "/".join(str(w.get("calls_max")) for w in summary["workers"]) if len(workers) > 1 else ""
         progress(f"[many] N={n}: response P50/P95/P99 {r['p50']}/{r['p95']}/{r['p99']} ms, calls with a gap "
-                 f"{summary['calls_with_gap']}, failed {summary['failed_calls']}, {t1 - t0:.0f} s")  # fmt: skip
+                 f"{summary['calls_with_gap']}, failed {summary['failed_calls']}, {t1 - t0:.0f} s"
+                 + (f", calls per worker (max) {spread}" if spread else ""))  # fmt: skip
     return out
 
 
@@ -259,17 +297,19 @@ def markdown(report: dict[str, Any]) -> str:
              f"arrivals over {report['config']['arrival_window_s']} s)", "",
              "| N | failed | unanswered | response P50 / P95 / P99 (ms) | calls with a gap | gaps (max ms) | "
              "stalls (max ms) | concealed ms | barge-in -> silence P50 / P95 | caller late P99 / max (ms) | "
-             "worker CPU cores | loop lag P99 max (ms) |", "|" + "---|" * 12]  # fmt: skip
+             "worker CPU cores | loop lag P99 max (ms) | calls per worker (max) |", "|" + "---|" * 13]  # fmt: skip
     for lv in report["levels"]:
-        r, b, w = lv["response_ms"], lv["barge_in_silence_ms"], lv["worker"]
+        r, b, ws = lv["response_ms"], lv["barge_in_silence_ms"], lv["workers"]
         late = max((h["publish_late_ms"]["p99"] or 0 for h in lv["caller_processes"]), default=None)
         worst = max((h["publish_late_ms"]["max"] or 0 for h in lv["caller_processes"]), default=None)
-        cpu = (w.get("cpu_cores") or {}).get("mean")
-        lag = (w.get("loop_lag_ms") or {}).get("p99_max")
+        cpus = [c for w in ws if (c := (w.get("cpu_cores") or {}).get("mean")) is not None]
+        lags = [v for w in ws if (v := (w.get("loop_lag_ms") or {}).get("p99_max")) is not None]
+        cpu = " + ".join(str(c) for c in cpus) or None
+        spread = " / ".join(str(w.get("calls_max")) for w in ws) or None
         lines.append(f"| {lv['calls']} | {lv['failed_calls']} | {lv['unanswered_turns']}/{lv['turns']} | {r['p50']} / "
                      f"{r['p95']} / {r['p99']} | {lv['calls_with_gap']} | {lv['gaps']} ({lv['gap_ms_max']}) | "
                      f"{lv['stalls']} ({lv['stall_ms_max']}) | {lv['concealed_ms_total']} | {b['p50']} / {b['p95']} | "
-                     f"{late} / {worst} | {cpu} | {lag} |")  # fmt: skip
+                     f"{late} / {worst} | {cpu} | {max(lags, default=None)} | {spread} |")  # fmt: skip
     lines += ["", f"A gap: the agent silent for over {GAP_MS:g} ms inside a reply (its state `speaking`), at the "
               "caller; a stall: no received frame for that long; concealed: audio WebRTC made up for late or lost "
               "packets. Worker figures from its stats file (agent/tools/convbench/worker_stats.py); none when the "
@@ -311,6 +351,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="local: the embedded defaults (whisper, llama.cpp); production: fake_openai with "
                              "production-like times")  # fmt: skip
     parser.add_argument("--tts-model", type=Path, help="TTS_DEEP_STREAM_MODEL_DIR for the worker (GPU host)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="worker processes behind the one LiveKit server (default 1); each gets an even share "
+                             "of the largest N as AGENT_MAX_SESSIONS")  # fmt: skip
+    parser.add_argument(
+        "--gpus",
+        type=int,
+        default=0,
+        help="spread the workers over this many GPUs (CUDA_VISIBLE_DEVICES round robin; 0: unset)",
+    )
     args = parser.parse_args(argv)
     try:
         levels = [int(x) for x in args.calls.split(",")]
@@ -320,12 +369,18 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--calls={args.calls!r}: each level must be in 1..1024")
     if not 1 <= args.caller_procs <= 64:
         parser.error(f"--caller-procs={args.caller_procs} is out of range (allowed: 1..64)")
+    if not 1 <= args.workers <= 64:
+        parser.error(f"--workers={args.workers} is out of range (allowed: 1..64)")
+    if not 0 <= args.gpus <= 64:
+        parser.error(f"--gpus={args.gpus} is out of range (allowed: 0..64)")
     script_path = args.script or corpus.cached(("calls",)) / "calls" / "questions.json"
     load_script(script_path)  # a bad script stops here, before any stack starts
     stack_dir = args.out / "stack"
-    stats_path = stack_dir / "worker_stats.jsonl"
-    env = {**STACK_ENV, "AGENT_MAX_SESSIONS": str(max(levels)), "AGENT_LOAD_THRESHOLD": "1.0",
-           "AGENT_STATS_PATH": str(stats_path.resolve())}  # fmt: skip
+    sessions = math.ceil(max(levels) / args.workers)
+    envs = {("agent" if i == 0 else f"worker{i}"): worker_env(
+        i, args.workers, args.gpus, stack_dir / f"worker_stats{'' if i == 0 else i}.jsonl", sessions)
+        for i in range(args.workers)}  # fmt: skip
+    env = {**STACK_ENV, "AGENT_LOAD_THRESHOLD": "1.0", **envs.pop("agent")}
     fake = None
     if args.stand_in != "local":
         fake, url = stand_in(args.stand_in, stack_dir / "logs" / "fake_openai.log")
@@ -336,8 +391,10 @@ def main(argv: list[str] | None = None) -> int:
     began = time.monotonic()
     try:
         stack.start()
+        workers = [Worker("agent", stack.ports["AGENT_HTTP_PORT"], Path(env["AGENT_STATS_PATH"]))]
+        workers += start_extra_workers(stack, envs)
         levels_out = measure(stack, levels, script_path, window_s=args.arrival_window, procs=args.caller_procs,
-                             turns=args.turns, stats_path=stats_path, keep=args.out / "timelines")  # fmt: skip
+                             turns=args.turns, workers=workers, keep=args.out / "timelines")  # fmt: skip
     finally:
         stack.stop()
         if fake is not None:
@@ -349,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         "versions": versions(), "duration_s": round(time.monotonic() - began, 1),
         "config": {"stand_in": args.stand_in, **({"stand_in_times": STAND_INS[args.stand_in]} if fake else {}),
                    "caller_procs": args.caller_procs, "arrival_window_s": args.arrival_window,
+                   "workers": args.workers, "gpus": args.gpus, "extra_worker_env": envs,
                    "script": str(script_path), "turns": args.turns, "stack_env": env, "gap_ms": GAP_MS},
         "levels": levels_out,
     }  # fmt: skip
