@@ -15,7 +15,8 @@
 # into SITE (/tmp/site, first on PYTHONPATH), not installed by pip: the livekit namespace is split over several
 # wheels and pip --target would replace one part's folder with another's. The run: LEVELS (1,16,32,64) calls per
 # level, TURNS (2: two questions, one barge-in) of the calls script, arrivals over WINDOW s (10), PROCS (4) caller
-# processes, WORKERS (1) worker processes, spread over GPUS GPUs when set (one a GPU, round robin). BOUND_S (420):
+# processes, WORKERS (1) worker processes, spread over GPUS GPUs when set (one a GPU, round robin); ENGINE_SERVERS=1:
+# one engine process per GPU that the workers share over HTTP instead of an engine in each worker. BOUND_S (420):
 # the whole `run` part ends within that long (set it some 20 s inside the device call's limit): the many run gets
 # what is left less RESERVE_S (45), then is interrupted, and the levels it finished are scored from the recorded
 # calls (many_partial.json) when it could not write many.json itself. It works in WORK
@@ -136,9 +137,10 @@ import agent.worker, token_server.app, agent.tools.convbench.many; print("import
     export TOKEN_RATE_LIMIT_PER_MIN=100000 AGENT_STANDBY=0
     left=$((${BOUND_S:=420} - ($(date +%s) - began) - ${RESERVE_S:=45}))  # RESERVE_S: stop, scoring, packing
     ((left >= 30)) || { say "only ${left} s of BOUND_S=$BOUND_S left for the calls: not started"; exit 1; }
-    say "many: levels ${LEVELS:=1,16,32,64}, turns ${TURNS:=2}, window ${WINDOW:=10} s, ${PROCS:=4} caller processes, ${WORKERS:=1} worker(s) over ${GPUS:=0} GPU(s) (0: unset), ${left} s"
+    say "many: levels ${LEVELS:=1,16,32,64}, turns ${TURNS:=2}, window ${WINDOW:=10} s, ${PROCS:=4} caller processes, ${WORKERS:=1} worker(s) over ${GPUS:=0} GPU(s) (0: unset), engine servers ${ENGINE_SERVERS:-0}, ${left} s"
     timeout -s INT -k 15 "$left" "$PY" -m agent.tools.convbench.many --calls "$LEVELS" --turns "$TURNS" \
       --arrival-window "$WINDOW" --caller-procs "$PROCS" --workers "$WORKERS" --gpus "$GPUS" --stand-in production \
+      $([ "${ENGINE_SERVERS:-0}" = 1 ] && echo --engine-servers) \
       "${tts[@]}" --script "$script" \
       --out "$WORK/many" 2>&1 | tee "$OUT/many.log" | grep -E '^\[many\]|Error|Traceback|^\|' | tail -40
     rc=${PIPESTATUS[0]}

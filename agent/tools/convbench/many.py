@@ -14,8 +14,9 @@ calls) and DIR/stack/ (logs, traces, worker stats). `--stand-in production` puts
 HTTP) in place of the LLM and STT with production-like times (first token 150 ms, then 40 tokens/s; STT 150 ms);
 `--tts-model DIR` gives the worker real (or random 0.6B) weights on a GPU host. `--workers K` runs K worker
 processes behind the one LiveKit server (each with its own engine, stats file and an even share of the largest N
-as `AGENT_MAX_SESSIONS`), `--gpus G` spreads them over G GPUs: LiveKit's dispatch places the calls. Exit 0 when no
-call failed, 1 otherwise.
+as `AGENT_MAX_SESSIONS`), `--gpus G` spreads them over G GPUs: LiveKit's dispatch places the calls.
+`--engine-servers` gives each GPU (or the host) one engine process (`python -m tts_engine serve`) that its workers
+share over HTTP (`TTS_ENGINE_URL`) instead of an engine in every worker. Exit 0 when no call failed, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -27,16 +28,19 @@ import datetime as dt
 import json
 import math
 import multiprocessing
+import os
 import secrets
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from agent.local.defaults import ensure_random_checkpoint
 from agent.tools.callbench.bench import device, versions
 from agent.tools.callbench.rtc_caller import worker_info
 from agent.tools.callbench.stack import LocalStack, free_port, wait_for_line
@@ -244,11 +248,42 @@ def wait_idle(health_ports: list[int], timeout_s: float = 90.0) -> None:
         time.sleep(1.0)
 
 
-def worker_env(index: int, workers: int, gpus: int, stats_path: Path, sessions: int) -> dict[str, str]:
-    """Worker `index`'s own settings: its stats file, its share of the calls and, with `gpus`, its GPU (round robin)
-    and, where several share one GPU, an even share of that GPU's memory for its engine."""
+def engine_server(
+    gpu: int | None, model: Path | None, log: Path, timeout_s: float = 900.0
+) -> tuple[subprocess.Popen, str]:
+    """`python -m tts_engine serve` on a free port (on GPU `gpu` when given, no per-client stream limit: all of a
+    host's workers come from one address), awaited until /healthz answers; returns the process and its URL."""
+    port = free_port()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "tts_engine", "serve", "--port", str(port), "--client-max-streams", "0",
+           "--env-file", "/dev/null", "--model", str(model)]  # fmt: skip
+    env = {**os.environ, **({"CUDA_VISIBLE_DEVICES": str(gpu)} if gpu is not None else {})}
+    proc = subprocess.Popen(cmd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the engine server exited ({proc.returncode}) before it answered; see {log}")
+        try:
+            with urllib.request.urlopen(url + "/healthz", timeout=2) as answer:
+                if answer.status == 200:
+                    return proc, url
+        except OSError:
+            pass
+        time.sleep(1.0)
+    proc.kill()
+    raise TimeoutError(f"the engine server did not answer /healthz within {timeout_s:.0f} s; see {log}")
+
+
+def worker_env(index: int, workers: int, gpus: int, stats_path: Path, sessions: int,
+               engine_urls: list[str] | None = None) -> dict[str, str]:  # fmt: skip
+    """Worker `index`'s own settings: its stats file, its share of the calls and either its engine server (round
+    robin over `engine_urls`) or, with `gpus`, its GPU (round robin) and, where several share one GPU, an even share
+    of that GPU's memory for its own engine."""
     env = {"AGENT_STATS_PATH": str(stats_path.resolve()), "AGENT_MAX_SESSIONS": str(sessions)}
-    if gpus:
+    if engine_urls:
+        env["TTS_ENGINE_URL"] = engine_urls[index % len(engine_urls)]
+    elif gpus:
         env["CUDA_VISIBLE_DEVICES"] = str(index % gpus)
         sharing = math.ceil(workers / gpus)
         if sharing > 1:
@@ -354,6 +389,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1,
                         help="worker processes behind the one LiveKit server (default 1); each gets an even share "
                              "of the largest N as AGENT_MAX_SESSIONS")  # fmt: skip
+    parser.add_argument("--engine-servers", action="store_true",
+                        help="one engine process per GPU (or one on the host) shared by the workers over HTTP, "
+                             "instead of an engine in each worker")  # fmt: skip
     parser.add_argument(
         "--gpus",
         type=int,
@@ -376,37 +414,49 @@ def main(argv: list[str] | None = None) -> int:
     script_path = args.script or corpus.cached(("calls",)) / "calls" / "questions.json"
     load_script(script_path)  # a bad script stops here, before any stack starts
     stack_dir = args.out / "stack"
-    sessions = math.ceil(max(levels) / args.workers)
-    envs = {("agent" if i == 0 else f"worker{i}"): worker_env(
-        i, args.workers, args.gpus, stack_dir / f"worker_stats{'' if i == 0 else i}.jsonl", sessions)
-        for i in range(args.workers)}  # fmt: skip
-    env = {**STACK_ENV, "AGENT_LOAD_THRESHOLD": "1.0", **envs.pop("agent")}
+    servers: list[subprocess.Popen] = []
+    engine_urls: list[str] = []
+    envs: dict[str, dict[str, str]] = {}
     fake = None
-    if args.stand_in != "local":
-        fake, url = stand_in(args.stand_in, stack_dir / "logs" / "fake_openai.log")
-        env.update(LLM_BASE_URL=url, STT_BASE_URL=url, LLM_MODEL="qwen3-omni")
-    if args.tts_model:
-        env["TTS_DEEP_STREAM_MODEL_DIR"] = str(args.tts_model)
-    stack = LocalStack(stack_dir, **env)
     began = time.monotonic()
     try:
-        stack.start()
-        workers = [Worker("agent", stack.ports["AGENT_HTTP_PORT"], Path(env["AGENT_STATS_PATH"]))]
-        workers += start_extra_workers(stack, envs)
-        levels_out = measure(stack, levels, script_path, window_s=args.arrival_window, procs=args.caller_procs,
-                             turns=args.turns, workers=workers, keep=args.out / "timelines")  # fmt: skip
+        if args.engine_servers:  # before the stack: each loads its engine (minutes on a cold GPU host), all at once
+            model = args.tts_model or ensure_random_checkpoint()  # the worker's own embedded default, on a CPU
+            gpus = list(range(args.gpus)) or [None]
+            with concurrent.futures.ThreadPoolExecutor(len(gpus)) as pool:
+                logs = [stack_dir / "logs" / f"tts_server{g or 0}.log" for g in gpus]
+                started = list(pool.map(lambda g, log: engine_server(g, model, log), gpus, logs))
+            servers, engine_urls = [proc for proc, _ in started], [url for _, url in started]
+        sessions = math.ceil(max(levels) / args.workers)
+        envs = {("agent" if i == 0 else f"worker{i}"): worker_env(
+            i, args.workers, args.gpus, stack_dir / f"worker_stats{'' if i == 0 else i}.jsonl", sessions, engine_urls)
+            for i in range(args.workers)}  # fmt: skip
+        env = {**STACK_ENV, "AGENT_LOAD_THRESHOLD": "1.0", **envs.pop("agent")}
+        if args.stand_in != "local":
+            fake, url = stand_in(args.stand_in, stack_dir / "logs" / "fake_openai.log")
+            env.update(LLM_BASE_URL=url, STT_BASE_URL=url, LLM_MODEL="qwen3-omni")
+        if args.tts_model and not engine_urls:
+            env["TTS_DEEP_STREAM_MODEL_DIR"] = str(args.tts_model)
+        stack = LocalStack(stack_dir, **env)
+        try:
+            stack.start()
+            workers = [Worker("agent", stack.ports["AGENT_HTTP_PORT"], Path(env["AGENT_STATS_PATH"]))]
+            workers += start_extra_workers(stack, envs)
+            levels_out = measure(stack, levels, script_path, window_s=args.arrival_window, procs=args.caller_procs,
+                                 turns=args.turns, workers=workers, keep=args.out / "timelines")  # fmt: skip
+        finally:
+            stack.stop()
     finally:
-        stack.stop()
-        if fake is not None:
-            fake.terminate()
-            fake.wait(10)
+        for proc in [*servers, *([fake] if fake is not None else [])]:
+            proc.terminate()
+            proc.wait(30)
     report = {
         "benchmark": "convbench.many", "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "command": "python -m agent.tools.convbench.many " + " ".join(sys.argv[1:]), "device": device(),
         "versions": versions(), "duration_s": round(time.monotonic() - began, 1),
         "config": {"stand_in": args.stand_in, **({"stand_in_times": STAND_INS[args.stand_in]} if fake else {}),
                    "caller_procs": args.caller_procs, "arrival_window_s": args.arrival_window,
-                   "workers": args.workers, "gpus": args.gpus, "extra_worker_env": envs,
+                   "workers": args.workers, "gpus": args.gpus, "engine_servers": engine_urls, "extra_worker_env": envs,
                    "script": str(script_path), "turns": args.turns, "stack_env": env, "gap_ms": GAP_MS},
         "levels": levels_out,
     }  # fmt: skip
