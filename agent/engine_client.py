@@ -12,7 +12,11 @@ host), closing it early cancels the synthesis; `active_streams` / `capacity` fee
 - `RemoteBackend` speaks the server's HTTP API: POST `<TTS_ENGINE_URL>/tts/stream` with JSON
   `{text, speaker, language}` -> chunked raw s16le 24 kHz PCM. A packet is whatever whole samples one
   read returned; `t_ready` is when those bytes arrived. 4xx answers become `RemoteTTSError` with the
-  server's message; closing the iterator drops the HTTP response, which cancels the server's stream. With
+  server's message; closing the iterator drops the HTTP response, which cancels the server's stream. One HTTP
+  session per event loop: under the THREAD executor every call runs its own loop in its own thread, and an aiohttp
+  session belongs to the loop it was made on (a process-wide one failed every call after the first call's loop
+  closed: "Event loop is closed"). `aclose()` closes the calling loop's session; the worker calls it at a call's end.
+  With
   `TTS_API_KEY` set (the server's key; its first one when it lists several), every request carries
   `Authorization: Bearer <key>`.
 """
@@ -140,7 +144,8 @@ class RemoteBackend:
         self._capacity = capacity
         self._active = 0
         self._timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout_s, sock_read=30.0)
-        self._session: aiohttp.ClientSession | None = None
+        self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}  # one per calling event loop
+        self._sessions_lock = threading.Lock()  # calls on other threads' loops open and close theirs
 
     @property
     def capacity(self) -> int:
@@ -151,9 +156,14 @@ class RemoteBackend:
         return self._active
 
     def _client(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers)
-        return self._session
+        loop = asyncio.get_running_loop()
+        with self._sessions_lock:
+            for gone in [other for other in self._sessions if other.is_closed()]:
+                del self._sessions[gone]  # its loop ended without aclose(): nothing can close that session any more
+            session = self._sessions.get(loop)
+            if session is None or session.closed:
+                session = self._sessions[loop] = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers)
+            return session
 
     async def stream(self, text: str, *, speaker: str, language: str) -> AsyncIterator[PacketLike]:
         self._active += 1
@@ -183,6 +193,9 @@ class RemoteBackend:
             self._active -= 1
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        """Close the calling event loop's session (other loops' calls keep theirs)."""
+        with self._sessions_lock:
+            session = self._sessions.pop(asyncio.get_running_loop(), None)
+        if session is not None:
+            await session.close()
             await asyncio.sleep(0)

@@ -193,6 +193,7 @@ async def entrypoint(ctx: JobContext) -> None:
             probe.stop()
         try:
             await call.aclose()  # controller, session (idempotent), audio output, STT client; then trims the C heap
+            await backend.aclose()  # a remote engine's HTTP session of this call's event loop
         finally:
             if journal is not None:
                 journal.close()  # the collector wrote every record: nothing is left open

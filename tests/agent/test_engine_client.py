@@ -3,6 +3,7 @@ the same PCM for the same text; closing early frees the stream; a 4xx is a clear
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import Any
 
@@ -34,6 +35,32 @@ async def test_local_and_remote_give_the_same_pcm(tiny_engine: Any) -> None:
         assert remote.active_streams == 0
     finally:
         await remote.aclose()
+        await runner.cleanup()
+
+
+async def test_the_remote_backend_serves_each_call_on_its_own_event_loop(tiny_engine: Any) -> None:
+    """The THREAD executor runs every call on its own event loop in its own thread, and the backend is the
+    process's: a call that comes after another call's loop has closed still gets its audio (one HTTP session per
+    loop; a process-wide one failed with 'Event loop is closed' from the first call's end on)."""
+    from tts_engine.server import start_server
+
+    runner, port, _ = await start_server(tiny_engine)
+    remote = RemoteBackend(f"http://127.0.0.1:{port}", max_frames_per_segment=2)
+
+    def call_on_its_own_loop(release: bool) -> int:
+        async def call() -> int:
+            pcm = await collect(remote, "Hello there.")
+            if release:
+                await remote.aclose()  # what the worker does at a call's end
+            return pcm.size
+
+        return asyncio.run(call())  # the loop is closed when the call ends, as a job's is
+
+    try:
+        assert await asyncio.to_thread(call_on_its_own_loop, False) == 2 * 1920  # ends without aclose()
+        sizes = await asyncio.gather(*(asyncio.to_thread(call_on_its_own_loop, True) for _ in range(3)))
+        assert sizes == [2 * 1920] * 3  # three later calls at once, each on its own loop
+    finally:
         await runner.cleanup()
 
 
