@@ -34,6 +34,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,7 @@ import numpy as np
 from agent.local.defaults import ensure_random_checkpoint
 from agent.tools.callbench.bench import device, versions
 from agent.tools.callbench.rtc_caller import worker_info
-from agent.tools.callbench.stack import LocalStack, free_port, wait_for_line
+from agent.tools.callbench.stack import LocalStack, free_port, room_traces, wait_for_line
 from agent.tools.convbench import corpus
 from agent.tools.convbench import worker_stats as stats_file
 from agent.tools.convbench.activity import DEFAULT_THRESHOLDS, FRAME_S, Thresholds, runs
@@ -58,6 +59,7 @@ from tts_engine.config import EngineConfig
 from tts_engine.percentiles import percentiles
 
 GAP_MS = 40.0  # issue 32: an audible gap is no agent audio for more than 40 ms inside a reply
+FAILED_OUTCOMES = ("error", "worker_lost")  # turn outcomes (traces/README.md) in which the agent did not answer
 STAND_INS = {"production": PRESETS["production"]}  # agent.tools.fake_openai --preset production
 SPAWN_LEAD_S = 6.0  # caller processes import livekit and numpy before the first arrival
 
@@ -209,9 +211,13 @@ def level_summary(n: int, rows: list[dict], health: list[dict], workers: list[di
     stalls = [s for r in rows for s in r["stalls_ms"]]
     silences = [v for r in rows for v in r["barge_in_silence_ms"] if v is not None]
     concealed = [r["concealed_ms"] for r in rows if r["concealed_ms"] is not None]
+    outcomes = sum((Counter(r.get("outcomes") or {}) for r in rows), Counter())
     return {
         "calls": n, "failed_calls": sum(r["failed"] for r in rows),
         "turns": sum(r["turns"] for r in rows), "unanswered_turns": sum(r["unanswered"] for r in rows),
+        # the worker's own account of each turn (its traces): an `error` turn was answered by the apology, which the
+        # caller hears as a response; `worker_lost`, by a new worker
+        "turn_outcomes": dict(outcomes), "failed_turns": sum(outcomes[k] for k in FAILED_OUTCOMES),
         "response_ms": {"n": len(responses), **percentiles(responses, (50, 95, 99), 1)},
         "replies": sum(r["replies"] for r in rows),
         "calls_with_gap": sum(r["replies_with_gap"] > 0 for r in rows), "gaps": len(gaps),
@@ -315,6 +321,10 @@ def measure(stack: LocalStack, levels: list[int], script_path: Path, *, window_s
             for tl in timelines:
                 (keep / f"n{n}" / f"{tl.room}.json").write_text(json.dumps(tl.to_json()) + "\n")
         rows = [call_row(tl, DEFAULT_THRESHOLDS) for tl in timelines]
+        wait_idle([w.health_port for w in workers])  # a job writes its last turn when it ends
+        records = stack.traces()
+        for tl, row in zip(timelines, rows, strict=True):
+            row["outcomes"] = dict(Counter(str(r.get("outcome")) for r in room_traces(records, tl.room)))
         summary = level_summary(n, rows, health, [stats_file.summarize(stats_file.read(w.stats_path), t0, t1)
                                                   for w in workers])  # fmt: skip
         out.append({**summary, "rows": rows, "seconds": round(t1 - t0, 1)})
@@ -330,9 +340,10 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [f"# Many calls: {report['device']}, {report['date'][:10]}", "", f"`{report['command']}` "
              f"(stand-in: {report['config']['stand_in']}, {report['config']['caller_procs']} caller process(es), "
              f"arrivals over {report['config']['arrival_window_s']} s)", "",
-             "| N | failed | unanswered | response P50 / P95 / P99 (ms) | calls with a gap | gaps (max ms) | "
+             "| N | failed | unanswered | failed turns (worker) | response P50 / P95 / P99 (ms) | calls with a gap | "
+             "gaps (max ms) | "
              "stalls (max ms) | concealed ms | barge-in -> silence P50 / P95 | caller late P99 / max (ms) | "
-             "worker CPU cores | loop lag P99 max (ms) | calls per worker (max) |", "|" + "---|" * 13]  # fmt: skip
+             "worker CPU cores | loop lag P99 max (ms) | calls per worker (max) |", "|" + "---|" * 14]  # fmt: skip
     for lv in report["levels"]:
         r, b, ws = lv["response_ms"], lv["barge_in_silence_ms"], lv["workers"]
         late = max((h["publish_late_ms"]["p99"] or 0 for h in lv["caller_processes"]), default=None)
@@ -341,7 +352,8 @@ def markdown(report: dict[str, Any]) -> str:
         lags = [v for w in ws if (v := (w.get("loop_lag_ms") or {}).get("p99_max")) is not None]
         cpu = " + ".join(str(c) for c in cpus) or None
         spread = " / ".join(str(w.get("calls_max")) for w in ws) or None
-        lines.append(f"| {lv['calls']} | {lv['failed_calls']} | {lv['unanswered_turns']}/{lv['turns']} | {r['p50']} / "
+        lines.append(f"| {lv['calls']} | {lv['failed_calls']} | {lv['unanswered_turns']}/{lv['turns']} | "
+                     f"{lv.get('failed_turns')} | {r['p50']} / "
                      f"{r['p95']} / {r['p99']} | {lv['calls_with_gap']} | {lv['gaps']} ({lv['gap_ms_max']}) | "
                      f"{lv['stalls']} ({lv['stall_ms_max']}) | {lv['concealed_ms_total']} | {b['p50']} / {b['p95']} | "
                      f"{late} / {worst} | {cpu} | {max(lags, default=None)} | {spread} |")  # fmt: skip
