@@ -120,6 +120,7 @@ EOF
       export PATH=/tmp/gpu_many_bin:$PATH
     fi
     "$PY" -c 'import livekit.rtc, livekit.agents, livekit.plugins.silero, livekit.plugins.openai, livekit.local_inference, av
+import openai.lib.streaming.chat  # what the STT parses streams with (it imports jiter only there)
 import agent.worker, token_server.app, agent.tools.convbench.many; print("imports ok: livekit", livekit.rtc.__version__)' \
       2>&1 | tail -3 | tee -a "$OUT/machine_run.txt"
     if [ -f /tmp/gpu_many_warm.pid ]; then  # prep's engine warm-up holds GPU memory until it ends

@@ -25,9 +25,10 @@ mkdir -p "$ASSETS/big" "$ASSETS/rest" "$ASSETS/bin" "$ASSETS/dl"
 
 # what a worker, the token server, fake_openai and the callers import, less what the GPU image already has
 # (torch, numpy, onnxruntime, safetensors, tqdm, setuptools); aiohttp and its parts travel so their versions are
-# the pinned ones
+# the pinned ones; jiter because the OpenAI client imports it only when it parses a stream (the STT's), after
+# every import check has passed (without it every turn on the GPU host was an apology)
 REST=(PyJWT aiofiles annotated-types anyio certifi charset-normalizer docstring_parser h11 httpcore2 httpx2 idna
-  json_repair livekit livekit-agents livekit-api livekit-blingfire livekit-plugins-openai livekit-plugins-silero
+  jiter json_repair livekit livekit-agents livekit-api livekit-blingfire livekit-plugins-openai livekit-plugins-silero
   livekit-protocol openai opentelemetry-api opentelemetry-exporter-http-transport opentelemetry-exporter-otlp-common
   opentelemetry-exporter-otlp-proto-common opentelemetry-exporter-otlp-proto-http opentelemetry-proto
   opentelemetry-sdk opentelemetry-semantic-conventions prometheus_client protobuf psutil pydantic pydantic_core
