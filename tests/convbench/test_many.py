@@ -38,7 +38,13 @@ def call_with_a_gap() -> Timeline:
 
 def test_a_call_row_counts_responses_gaps_stalls_and_concealment() -> None:
     row = many.call_row(call_with_a_gap(), many.DEFAULT_THRESHOLDS)
-    row["outcomes"] = {"answered": 1, "error": 1}  # the worker's traces: the second turn got the apology
+    traces = [{"session_id": "r-job1", "outcome": "answered"},
+              {"session_id": "r-job1", "outcome": "interrupted", "errors": ["stt: ModuleNotFoundError: jiter"]},
+              {"session_id": "other-job2", "outcome": "error", "errors": ["tts: x"]}]  # fmt: skip
+    traced = many.traced_turns(traces, "r")  # the second turn failed; its apology was cut by the caller
+    assert traced == {"outcomes": {"answered": 1, "interrupted": 1}, "failed_turns": 1, "answered_turns": 1,
+                      "errors": ["stt: ModuleNotFoundError: jiter"]}  # fmt: skip
+    row.update(outcomes=traced["outcomes"], failed_turns=1, errors_traced=traced["errors"])
     assert row["response_ms"] == [pytest.approx(1000.0, abs=1.0), None] and row["unanswered"] == 1
     assert row["replies"] == 1 and row["replies_with_gap"] == 1
     assert row["gaps_ms"] == [pytest.approx(60.0)] and row["stalls_ms"] == [pytest.approx(80.0, abs=1.0)]
@@ -47,7 +53,7 @@ def test_a_call_row_counts_responses_gaps_stalls_and_concealment() -> None:
     summary = many.level_summary(1, [row], [{"publish_late_ms": {"p99": 1.0, "max": 2.0}}], [{"samples": 0}])
     assert summary["response_ms"]["n"] == 1 and summary["unanswered_turns"] == 1 and summary["calls_with_gap"] == 1
     assert summary["gaps"] == 1 and summary["stalls"] == 1 and summary["concealed_ms_total"] == 75.0
-    assert summary["failed_turns"] == 1 and summary["turn_outcomes"] == {"answered": 1, "error": 1}
+    assert summary["failed_turns"] == 1 and summary["turn_outcomes"] == {"answered": 1, "interrupted": 1}
     assert "| 1 | 0 | 1/2 | 1 |" in many.markdown({"device": "d", "date": "2026-11-28", "command": "c",
                                                "config": {"stand_in": "local", "caller_procs": 1,
                                                           "arrival_window_s": 1.0},

@@ -55,11 +55,13 @@ from agent.tools.convbench.score import EOT_WINDOW_S, Signals, cued_rows
 from agent.tools.convbench.script import Script, Turn, load_script
 from agent.tools.convbench.timeline import Timeline
 from agent.tools.fake_openai import PRESETS
+from agent.tracing import Outcome
 from tts_engine.config import EngineConfig
 from tts_engine.percentiles import percentiles
 
 GAP_MS = 40.0  # issue 32: an audible gap is no agent audio for more than 40 ms inside a reply
-FAILED_OUTCOMES = ("error", "worker_lost")  # turn outcomes (traces/README.md) in which the agent did not answer
+FAILED_OUTCOMES = (Outcome.ERROR.value, Outcome.WORKER_LOST.value)  # the agent did not answer (its apology may play)
+SPOKEN_OUTCOMES = (Outcome.ANSWERED.value, Outcome.INTERRUPTED.value)  # an answer played, whole or cut
 STAND_INS = {"production": PRESETS["production"]}  # agent.tools.fake_openai --preset production
 SPAWN_LEAD_S = 6.0  # caller processes import livekit and numpy before the first arrival
 
@@ -204,6 +206,18 @@ def call_row(tl: Timeline, th: Thresholds) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def traced_turns(records: list[dict], room: str) -> dict[str, Any]:
+    """The worker's own account of a call's turns (its trace records of `room`): outcomes, and the turns it failed.
+    A failed turn is answered by the apology, which the caller hears as a response; one failed by an error whose
+    apology the caller then cut reads `interrupted`, so a turn with an error recorded counts as failed too."""
+    turns = room_traces(records, room)
+    failed = [r for r in turns if r.get("outcome") in FAILED_OUTCOMES or r.get("errors")]
+    return {"outcomes": dict(Counter(str(r.get("outcome")) for r in turns)), "failed_turns": len(failed),
+            "answered_turns": sum(r.get("outcome") in SPOKEN_OUTCOMES for r in turns) - sum(
+                r.get("outcome") in SPOKEN_OUTCOMES for r in failed),
+            "errors": sorted({e for r in failed for e in r.get("errors") or []})}  # fmt: skip
+
+
 def level_summary(n: int, rows: list[dict], health: list[dict], workers: list[dict]) -> dict[str, Any]:
     """One level's figures; `workers` holds each worker's stats summary (worker_stats.summarize), in start order."""
     responses = [v for r in rows for v in r["response_ms"] if v is not None]
@@ -212,12 +226,14 @@ def level_summary(n: int, rows: list[dict], health: list[dict], workers: list[di
     silences = [v for r in rows for v in r["barge_in_silence_ms"] if v is not None]
     concealed = [r["concealed_ms"] for r in rows if r["concealed_ms"] is not None]
     outcomes = sum((Counter(r.get("outcomes") or {}) for r in rows), Counter())
+    errors = sorted({e for r in rows for e in r.get("errors_traced") or []})
     return {
         "calls": n, "failed_calls": sum(r["failed"] for r in rows),
         "turns": sum(r["turns"] for r in rows), "unanswered_turns": sum(r["unanswered"] for r in rows),
-        # the worker's own account of each turn (its traces): an `error` turn was answered by the apology, which the
-        # caller hears as a response; `worker_lost`, by a new worker
-        "turn_outcomes": dict(outcomes), "failed_turns": sum(outcomes[k] for k in FAILED_OUTCOMES),
+        # the worker's own account of each turn (traced_turns): what the callers heard as a response may have been
+        # the apology for a failed turn
+        "turn_outcomes": dict(outcomes), "failed_turns": sum(r.get("failed_turns", 0) for r in rows),
+        "traced_errors": errors[:20],
         "response_ms": {"n": len(responses), **percentiles(responses, (50, 95, 99), 1)},
         "replies": sum(r["replies"] for r in rows),
         "calls_with_gap": sum(r["replies_with_gap"] > 0 for r in rows), "gaps": len(gaps),
@@ -254,9 +270,7 @@ def wait_idle(health_ports: list[int], timeout_s: float = 90.0) -> None:
         time.sleep(1.0)
 
 
-def engine_server(
-    gpu: int | None, model: Path | None, log: Path, timeout_s: float = 900.0
-) -> tuple[subprocess.Popen, str]:
+def engine_server(gpu: int | None, model: Path, log: Path, timeout_s: float = 900.0) -> tuple[subprocess.Popen, str]:
     """`python -m tts_engine serve` on a free port (on GPU `gpu` when given, no per-client stream limit: all of a
     host's workers come from one address), awaited until /healthz answers; returns the process and its URL."""
     port = free_port()
@@ -324,7 +338,8 @@ def measure(stack: LocalStack, levels: list[int], script_path: Path, *, window_s
         wait_idle([w.health_port for w in workers])  # a job writes its last turn when it ends
         records = stack.traces()
         for tl, row in zip(timelines, rows, strict=True):
-            row["outcomes"] = dict(Counter(str(r.get("outcome")) for r in room_traces(records, tl.room)))
+            traced = traced_turns(records, tl.room)
+            row.update(outcomes=traced["outcomes"], failed_turns=traced["failed_turns"], errors_traced=traced["errors"])
         summary = level_summary(n, rows, health, [stats_file.summarize(stats_file.read(w.stats_path), t0, t1)
                                                   for w in workers])  # fmt: skip
         out.append({**summary, "rows": rows, "seconds": round(t1 - t0, 1)})
