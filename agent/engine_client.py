@@ -16,8 +16,7 @@ host), closing it early cancels the synthesis; `active_streams` / `capacity` fee
   session per event loop: under the THREAD executor every call runs its own loop in its own thread, and an aiohttp
   session belongs to the loop it was made on (a process-wide one failed every call after the first call's loop
   closed: "Event loop is closed"). `aclose()` closes the calling loop's session; the worker calls it at a call's end.
-  With
-  `TTS_API_KEY` set (the server's key; its first one when it lists several), every request carries
+  With `TTS_API_KEY` set (the server's key; its first one when it lists several), every request carries
   `Authorization: Bearer <key>`.
 """
 

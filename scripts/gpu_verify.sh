@@ -23,6 +23,7 @@ cd "$(dirname "$0")/.."
 part=${1:?usage: scripts/gpu_verify.sh tests|load|tokens|peer|loadcmp}
 OUT=${OUT:-out/gpu}
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)  # loadcmp runs the baseline from its own folder
 PY=${PYTHON:-python}
 
 if [[ -d .whl ]] && compgen -G ".whl/*.whl" >/dev/null; then
