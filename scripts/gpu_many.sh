@@ -155,19 +155,18 @@ import agent.worker, token_server.app, agent.tools.convbench.many; print("import
 import json, sys, datetime as dt
 from pathlib import Path
 from agent.tools.convbench import many, worker_stats
+from agent.tools.convbench.runner import read_traces
 from agent.tools.convbench.activity import DEFAULT_THRESHOLDS
 from agent.tools.convbench.timeline import Timeline
 out = Path(sys.argv[1]); levels = []; since = 0.0
 stats = [worker_stats.read(p) for p in sorted((out / "stack").glob("worker_stats*.jsonl"))]  # one file a worker
-traces = [json.loads(line) for f in sorted((out / "stack" / "traces").glob("*.jsonl"))
-          for line in f.read_text().splitlines() if line.strip()]
+traces = read_traces(out / "stack" / "traces")
 for d in sorted((out / "timelines").glob("n*"), key=lambda p: int(p.name[1:])):
     files = sorted(d.glob("*.json"))
     tls = [Timeline.from_json(json.loads(p.read_text())) for p in files]
     rows = [many.call_row(tl, DEFAULT_THRESHOLDS) for tl in tls]
     for tl, row in zip(tls, rows):  # the worker's own account of each turn, as many.measure adds it
-        t = many.traced_turns(traces, tl.room)
-        row.update(outcomes=t["outcomes"], failed_turns=t["failed_turns"], errors_traced=t["errors"])
+        row.update(many.traced_turns(traces, tl.room))
     written = max(p.stat().st_mtime for p in files)  # the worker's figures: from the level before to this one's end
     w = [worker_stats.summarize(records, since, written) for records in stats]
     since = written

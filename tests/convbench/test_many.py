@@ -43,8 +43,8 @@ def test_a_call_row_counts_responses_gaps_stalls_and_concealment() -> None:
               {"session_id": "other-job2", "outcome": "error", "errors": ["tts: x"]}]  # fmt: skip
     traced = many.traced_turns(traces, "r")  # the second turn failed; its apology was cut by the caller
     assert traced == {"outcomes": {"answered": 1, "interrupted": 1}, "failed_turns": 1, "answered_turns": 1,
-                      "errors": ["stt: ModuleNotFoundError: jiter"]}  # fmt: skip
-    row.update(outcomes=traced["outcomes"], failed_turns=1, errors_traced=traced["errors"])
+                      "traced_errors": ["stt: ModuleNotFoundError: jiter"]}  # fmt: skip
+    row.update(traced)
     assert row["response_ms"] == [pytest.approx(1000.0, abs=1.0), None] and row["unanswered"] == 1
     assert row["replies"] == 1 and row["replies_with_gap"] == 1
     assert row["gaps_ms"] == [pytest.approx(60.0)] and row["stalls_ms"] == [pytest.approx(80.0, abs=1.0)]

@@ -207,15 +207,20 @@ def call_row(tl: Timeline, th: Thresholds) -> dict[str, Any]:
 
 
 def traced_turns(records: list[dict], room: str) -> dict[str, Any]:
-    """The worker's own account of a call's turns (its trace records of `room`): outcomes, and the turns it failed.
-    A failed turn is answered by the apology, which the caller hears as a response; one failed by an error whose
-    apology the caller then cut reads `interrupted`, so a turn with an error recorded counts as failed too."""
+    """The worker's own account of a call's turns (its trace records of `room`), as fields of that call's row:
+    outcomes, the turns it failed, the turns it answered, and the errors. A failed turn is answered by the apology,
+    which the caller hears as a response; one failed by an error whose apology the caller then cut reads
+    `interrupted`, so a turn with an error recorded counts as failed too."""
     turns = room_traces(records, room)
     failed = [r for r in turns if r.get("outcome") in FAILED_OUTCOMES or r.get("errors")]
-    return {"outcomes": dict(Counter(str(r.get("outcome")) for r in turns)), "failed_turns": len(failed),
-            "answered_turns": sum(r.get("outcome") in SPOKEN_OUTCOMES for r in turns) - sum(
-                r.get("outcome") in SPOKEN_OUTCOMES for r in failed),
-            "errors": sorted({e for r in failed for e in r.get("errors") or []})}  # fmt: skip
+    answered = [r for r in turns if r.get("outcome") in SPOKEN_OUTCOMES and not r.get("errors")]
+    errors = sorted({e for r in failed for e in r.get("errors") or []})
+    return {
+        "outcomes": dict(Counter(str(r.get("outcome")) for r in turns)),
+        "failed_turns": len(failed),
+        "answered_turns": len(answered),
+        "traced_errors": errors,
+    }
 
 
 def level_summary(n: int, rows: list[dict], health: list[dict], workers: list[dict]) -> dict[str, Any]:
@@ -226,7 +231,7 @@ def level_summary(n: int, rows: list[dict], health: list[dict], workers: list[di
     silences = [v for r in rows for v in r["barge_in_silence_ms"] if v is not None]
     concealed = [r["concealed_ms"] for r in rows if r["concealed_ms"] is not None]
     outcomes = sum((Counter(r.get("outcomes") or {}) for r in rows), Counter())
-    errors = sorted({e for r in rows for e in r.get("errors_traced") or []})
+    errors = sorted({e for r in rows for e in r.get("traced_errors") or []})
     return {
         "calls": n, "failed_calls": sum(r["failed"] for r in rows),
         "turns": sum(r["turns"] for r in rows), "unanswered_turns": sum(r["unanswered"] for r in rows),
@@ -325,8 +330,7 @@ def measure(stack: LocalStack, levels: list[int], script_path: Path, *, window_s
             progress=print) -> list[dict]:  # noqa: ANN001  # fmt: skip
     """Each level in turn; the recorded calls go to `keep`/n<N>/ when given."""
     out = []
-    for n in levels:
-        wait_idle([w.health_port for w in workers])
+    for n in levels:  # each level starts idle: the one before waited for its jobs to end
         t0 = time.time()
         timelines, health = run_calls(stack.page_url, script_path, n, window_s=window_s, procs=procs, turns=turns)
         t1 = time.time()
@@ -338,8 +342,7 @@ def measure(stack: LocalStack, levels: list[int], script_path: Path, *, window_s
         wait_idle([w.health_port for w in workers])  # a job writes its last turn when it ends
         records = stack.traces()
         for tl, row in zip(timelines, rows, strict=True):
-            traced = traced_turns(records, tl.room)
-            row.update(outcomes=traced["outcomes"], failed_turns=traced["failed_turns"], errors_traced=traced["errors"])
+            row.update(traced_turns(records, tl.room))
         summary = level_summary(n, rows, health, [stats_file.summarize(stats_file.read(w.stats_path), t0, t1)
                                                   for w in workers])  # fmt: skip
         out.append({**summary, "rows": rows, "seconds": round(t1 - t0, 1)})
