@@ -4,7 +4,8 @@ embedded defaults and the shipped turn taking, TURN_HANDLING=ours):
   1.2 s into the next) played into the call page's microphone from the harness (agent/tools/convbench/page_line.py)
   and scored end to end: the pause does not end the turn, the backchannel does not stop the agent, the barge-in
   does (the VAD-only mode cut that pause: this check asserted it before; docs/agent.md "Turn-taking").
-- three SDK callers at once, each in its own room (agent/tools/convbench/many.py, issue 32's CI check).
+- two SDK callers at once, each in its own room (agent/tools/convbench/many.py, issue 32's CI check): two is this
+  box's knee (agent/tools/convbench/results/many_cpu_2026-11-28); at three, calls go unanswered by load alone.
 `-m "not convbench"` skips both. No timing target is asserted: CPU tests never assert speed."""
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ pytestmark = [pytest.mark.call, pytest.mark.convbench]
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    env = {**STACK_ENV, "TURN_HANDLING": "ours", "AGENT_MAX_SESSIONS": "4"}  # three calls at once, and the page's
+    env = {**STACK_ENV, "TURN_HANDLING": "ours", "AGENT_MAX_SESSIONS": "4"}  # two calls at once, and the page's
     stack = LocalStack(tmp_path_factory.mktemp("convbench-stack"), **env)
     stack.start()
     try:
@@ -78,22 +79,22 @@ async def test_the_short_script_through_the_page_is_played_and_scored(stack: Loc
     assert barge_in["silence_ms"] is None or barge_in["silence_ms"] > 0, barge_in
 
 
-def test_three_calls_at_once_each_in_its_own_room(stack: LocalStack, scripts: Path) -> None:
-    timelines, health = many.run_calls(stack.page_url, scripts / "calls" / "questions.json", 3, window_s=2.0,
+def test_two_calls_at_once_each_in_its_own_room(stack: LocalStack, scripts: Path) -> None:
+    timelines, health = many.run_calls(stack.page_url, scripts / "calls" / "questions.json", 2, window_s=2.0,
                                        procs=1, turns=2)  # fmt: skip
-    assert len(timelines) == 3 and len({tl.room for tl in timelines}) == 3
+    assert len(timelines) == 2 and len({tl.room for tl in timelines}) == 2
     rows = [many.call_row(tl, many.DEFAULT_THRESHOLDS) for tl in timelines]
-    assert [r["errors"] for r in rows] == [[], [], []]
+    assert [r["errors"] for r in rows] == [[], []]
     assert all(r["turns"] == 2 and any(v is not None for v in r["response_ms"]) for r in rows), rows  # all answered
     assert all(r["replies"] >= 1 and r["concealed_ms"] is not None for r in rows), rows
-    summary = many.level_summary(3, rows, health, [{"samples": 0}])
-    assert summary["failed_calls"] == 0 and summary["response_ms"]["n"] >= 3
+    summary = many.level_summary(2, rows, health, [{"samples": 0}])
+    assert summary["failed_calls"] == 0 and summary["response_ms"]["n"] >= 2
     (process,) = health
     assert process["frames"] > 0 and process["publish_late_ms"]["p50"] is not None
     rooms = {tl.room for tl in timelines}
     # each room was its own job on the worker (a turn cut by the hang-up is written at the job's end: wait for it)
     records = stack.wait_traces(lambda rs: rooms <= {r["session_id"].rsplit("-", 1)[0] for r in rs}, timeout=30)
     # the worker's own account: an apology for a failed turn is audio at the caller, not an answer. Each call got at
-    # least one real answer (three calls are over this 2-core box's capacity: a local LLM timeout in one turn is load)
+    # least one real answer (a local LLM timeout in one turn at this box's knee is load, not a bug)
     traced = {room: many.traced_turns(records, room) for room in rooms}
     assert all(t["answered_turns"] >= 1 for t in traced.values()), traced
