@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from agent.config import AgentConfig, quiet_db, stt_early_ms
+from agent.config import AgentConfig, quiet_db, stt_early_ms, turn_handling
 from agent.tools.callbench.browser import BrowserCall
 from agent.tools.callbench.measure import match_barge_ins, match_turns
 from agent.tools.callbench.speech import RATE, speak
@@ -178,7 +178,7 @@ def run(
         "versions": versions(),
         "config": {"turns": turns, "gap_s": gap_s, "vad_hangover_ms": hangover_ms, "llm_max_tokens": 40,
                    "tts_text_input": text_input, "vad_quiet_db": quiet_db(Env(stack.env)),  # the worker's
-                   "stt_early_ms": stt_early_ms(Env(stack.env))},
+                   "stt_early_ms": stt_early_ms(Env(stack.env)), "turn_handling": turn_handling(Env(stack.env))},
         "counts": {
             "questions": turns,
             "transcripts": len(heard),  # final user transcripts shown on the page
@@ -225,6 +225,8 @@ def vad_line(config: dict[str, Any]) -> str:
         early = config["stt_early_ms"]
         when = "at the end of the turn" if early is None else f"at a pause of {early} ms"
         line += f" STT sent {when} (agent/early_stt.py)."
+    if "turn_handling" in config:  # recorded since the turn detector (2026-11-28); runs before it were `vad`
+        line += f" Turn handling: {config['turn_handling']} (TURN_HANDLING)."
     return line
 
 
