@@ -35,3 +35,21 @@ def test_echo_vad_follows_the_page_rules() -> None:
     events = [(t, vad.update(-20.0 if 100 <= t < 700 else -90.0, float(t))) for t in range(0, 1200, 10)]
     fired = [(t, e) for t, e in events if e is not None]
     assert fired == [(160, "speech_start"), (890, "speech_end")]  # 60 ms after onset; 200 ms after the last loud
+
+
+def test_match_pairs_each_heard_reply_with_its_cause() -> None:
+    """The echo may decide an end of speech before the page's own VAD does (it hears the decoded uplink, the
+    page its microphone): the CI run of 0c3cd42 had one turn where it did by more than the old 50 ms window
+    and the turn lost its split. Matching by cause keeps it, with a negative uplink lag."""
+    log = [
+        {"type": "turn", "userEndAtMs": 1_000.0, "agentStartAtMs": 1_140.0, "responseMs": 140.0},
+        {"type": "turn", "userEndAtMs": 5_000.0, "agentStartAtMs": 5_097.0, "responseMs": 97.0},
+    ]
+    events = [
+        {"type": "user_end", "at_ms": 1_020.0}, {"type": "published", "at_ms": 1_021.0},
+        {"type": "user_end", "at_ms": 4_930.0}, {"type": "published", "at_ms": 4_931.0},
+    ]  # fmt: skip
+    turns, _ = floor.match(log, events)
+    assert [t["uplink_end_lag_ms"] for t in turns] == [20.0, -70.0]
+    assert [t["echo_decision_ms"] for t in turns] == [1.0, 1.0]
+    assert [t["publish_to_heard_ms"] for t in turns] == [119.0, 166.0]

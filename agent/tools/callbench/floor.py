@@ -213,22 +213,30 @@ def phrases_wav(path: Path, cycles: int, gap_s: float) -> None:
 
 
 def match(log: list[dict], events: list[dict]) -> tuple[list[dict], list[dict]]:
-    """Browser records against the echo's events (one host, one wall clock)."""
+    """Browser records against the echo's events (one host, one wall clock), matched by cause: the reply the
+    page heard is the echo's last publish before the page heard it (and after the page's previous turn), and
+    that reply's end of speech is the echo's last one before it. The echo's VAD hears the decoded uplink, the
+    page's its own microphone, so either may decide first: `uplink_end_lag_ms` can be negative."""
     ends = [e["at_ms"] for e in events if e["type"] == "user_end"]
     published = [e["at_ms"] for e in events if e["type"] == "published"]
     cuts = [e["at_ms"] for e in events if e["type"] == "cut"]
     turns, barges = [], []
+    previous_heard = float("-inf")
     for rec in (r for r in log if r.get("type") == "turn" and "userEndAtMs" in r):
-        end = next((t for t in ends if rec["userEndAtMs"] - 50 <= t <= rec["agentStartAtMs"]), None)
-        pub = next((t for t in published if end is not None and end <= t <= rec["agentStartAtMs"]), None)
+        heard = rec["agentStartAtMs"]
+        pub = max((t for t in published if previous_heard < t <= heard), default=None)
+        end = None if pub is None else max((t for t in ends if previous_heard < t <= pub), default=None)
+        previous_heard = heard
         turns.append({
             "response_ms": rec["responseMs"],
             "uplink_end_lag_ms": None if end is None else end - rec["userEndAtMs"],
             "echo_decision_ms": None if end is None or pub is None else pub - end,
             "publish_to_heard_ms": None if pub is None else rec["agentStartAtMs"] - pub,
         })  # fmt: skip
+    previous_silent = float("-inf")
     for rec in (r for r in log if r.get("type") == "barge_in" and "silentAtMs" in r):
-        cut = next((t for t in cuts if rec["userStartAtMs"] <= t <= rec["silentAtMs"]), None)
+        cut = max((t for t in cuts if previous_silent < t <= rec["silentAtMs"]), default=None)  # what silenced it
+        previous_silent = rec["silentAtMs"]
         barges.append({
             "onset_to_silence_ms": rec["silentAtMs"] - rec["userStartAtMs"],
             "onset_to_cut_ms": None if cut is None else cut - rec["userStartAtMs"],
