@@ -17,7 +17,8 @@ the LiveKit CLI's `lk agent dev|start agent/app.py` runs the same). No deprecate
   second to `AGENT_STATS_PATH` when set); each call's loop gets a lag probe.
 - Remote engine: with `TTS_ENGINE_URL` set, no model is loaded here; synthesis goes over HTTP to
   `python -m tts_engine serve` (for deployments that put TTS on its own GPU).
-- Each job: connect (audio only), build `agent.voice.Call` with our audio output publishing its own
+- Each job: connect (audio only); leave at once, without a word, if another agent of ours joined the room first
+  (a room dispatched twice: `agent.one_agent`); else build `agent.voice.Call` with our audio output publishing its own
   track, start the AgentSession on the room, follow the newest caller in it (`agent.callers`; the job ends
   when LiveKit closes the room), write traces to `TRACES_DIR`, and keep the call's open turns in its journal
   (`agent.journal`), so a worker that dies leaves its turns closed as `worker_lost` by whoever recovers it.
@@ -49,6 +50,7 @@ from agent.config import MAX_SESSIONS, MAX_SESSIONS_CPU_ENGINE, AgentConfig
 from agent.engine_client import LocalBackend, RemoteBackend, TTSBackend
 from agent.journal import CallJournal
 from agent.local.defaults import RANDOM_WEIGHTS_WARNING, ensure_random_checkpoint
+from agent.one_agent import earlier_agent, watch_for_earlier
 from agent.process_tuning import tune_runtime
 from agent.recovery import recover_dead_calls
 from agent.trace_otel import check_env as check_otel
@@ -169,6 +171,11 @@ async def entrypoint(ctx: JobContext) -> None:
     if vad is None:
         vad = load_vad(cfg.vad_silence_ms, cfg.vad_quiet_db)
     await ctx.connect(auto_subscribe=AutoSubscribe.AUDIO_ONLY)
+    earlier = earlier_agent(ctx.room, cfg.agent_name)
+    if earlier is not None:  # the room was dispatched twice and the other agent joined first (agent/one_agent.py)
+        leave_to(ctx, earlier)
+        return
+    stop_watch = watch_for_earlier(ctx.room, cfg.agent_name, lambda identity: leave_to(ctx, identity))
     call = Call(cfg, vad=vad, backend=backend, session_id=f"{ctx.room.name}-{ctx.job.id[-6:]}")
     journal = None
     if cfg.traces_dir:
@@ -187,6 +194,7 @@ async def entrypoint(ctx: JobContext) -> None:
 
     async def on_shutdown() -> None:
         global _active_calls
+        stop_watch()
         with _lock:
             _active_calls -= 1
         if probe is not None:
@@ -211,6 +219,12 @@ async def entrypoint(ctx: JobContext) -> None:
     if reason is not None:
         call.session.say(RECOVERY_LINES.get(reason, RECOVERY_LINES["agent_lost"]))
     logger.info("call %s started in room %s%s", call.session_id, ctx.room.name, f" ({reason})" if reason else "")
+
+
+def leave_to(ctx: JobContext, identity: str) -> None:
+    """Another agent of ours joined this room first: this job ends without a word (agent/one_agent.py)."""
+    logger.info("room %s: agent %s joined it first; job %s leaves", ctx.room.name, identity, ctx.job.id)
+    ctx.shutdown(reason=f"agent {identity} holds the room")
 
 
 async def tasks_left_running(settle_s: float = 0.2) -> list[str]:
