@@ -150,7 +150,7 @@ def current_load(server: Any = None) -> float:
     }
     # + 1e-9: a limit reached must read as full through LiveKit's float sums (load + reserved * load / jobs)
     load = min(1.0, cfg.load_threshold * max(shares.values()) + 1e-9)
-    stats.note_load(load, shares)
+    stats.note_load(load, shares, jobs=len(server.active_jobs) if server is not None else None)
     return load
 
 

@@ -181,7 +181,8 @@ def _counters() -> _Counters:
 
 class WorkerStats:
     """The sampler (see the module doc). `state()` gives what only the worker knows: `calls`, `engine_active`,
-    `engine_capacity`; `note_load(value, terms)` records each load the worker reports."""
+    `engine_capacity`; `note_load(value, terms, jobs)` records each load the worker reports and LiveKit's own count of
+    the worker's jobs it came from (`livekit_jobs`, beside `calls`, the calls our entrypoint holds)."""
 
     def __init__(self, path: str | Path | None, state: Callable[[], dict[str, int]]) -> None:
         self.path = Path(path) if path else None
@@ -221,8 +222,9 @@ class WorkerStats:
             self._probes.add(probe)
         return probe
 
-    def note_load(self, value: float, terms: dict[str, float]) -> None:
-        self._load = {"load": round(value, 4), "load_terms": {k: round(v, 4) for k, v in terms.items()}}
+    def note_load(self, value: float, terms: dict[str, float], jobs: int | None = None) -> None:
+        self._load = {"load": round(value, 4), "load_terms": {k: round(v, 4) for k, v in terms.items()},
+                      "livekit_jobs": jobs}  # fmt: skip
 
     def cpu_cores(self, window_s: float) -> float:
         """This process's CPU over about the last `window_s` seconds (at least since the first sample), in cores."""
@@ -281,7 +283,7 @@ class WorkerStats:
             "rss_mb": round(_rss_mb(), 1),
             "calls": state.get("calls", 0),
             "engine": {"active": state.get("engine_active", 0), "capacity": state.get("engine_capacity", 0)},
-            **(self._load or {"load": None, "load_terms": {}}),
+            **(self._load or {"load": None, "load_terms": {}, "livekit_jobs": None}),
         }
         record["sampler_ms"] = round((time.perf_counter() - t0) * 1000.0, 3)
         return record

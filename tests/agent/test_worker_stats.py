@@ -18,7 +18,7 @@ from agent.worker_stats import LoopProbe, WorkerStats, usable_cores
 
 KEYS = {
     "t_wall", "interval_s", "cpu_s", "cpu_cores", "cpu_python_cores", "cpu_usable", "host_busy", "threads",
-    "loop_lag_ms", "gc", "rss_mb", "calls", "engine", "load", "load_terms", "sampler_ms",
+    "loop_lag_ms", "gc", "rss_mb", "calls", "engine", "load", "load_terms", "livekit_jobs", "sampler_ms",
 }  # fmt: skip
 
 
@@ -62,7 +62,7 @@ async def test_a_record_holds_every_field_and_measures_this_process(manual: None
             thread.join()
         gc.collect()
         await asyncio.sleep(0.2)  # the probe wakes a few times
-        stats.note_load(0.45, {"calls": 0.5, "engine": 0.125, "cpu": 0.2})
+        stats.note_load(0.45, {"calls": 0.5, "engine": 0.125, "cpu": 0.2}, jobs=4)
         record = stats.sample()
         probe.stop()
     finally:
@@ -74,6 +74,7 @@ async def test_a_record_holds_every_field_and_measures_this_process(manual: None
     assert record["loop_lag_ms"]["loops"] == 1 and record["loop_lag_ms"]["samples"] >= 2
     assert record["calls"] == 3 and record["engine"] == {"active": 2, "capacity": 16}
     assert record["load"] == 0.45 and record["load_terms"] == {"calls": 0.5, "engine": 0.125, "cpu": 0.2}
+    assert record["livekit_jobs"] == 4
     assert record["rss_mb"] > 10 and record["sampler_ms"] > 0
 
 

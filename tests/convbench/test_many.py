@@ -95,7 +95,7 @@ STATS = [  # the worker's format (docs/operations.md "The worker's stats file")
      "engine": {"active": 1, "capacity": 16}, "load": 0.4, "load_terms": {}, "sampler_ms": 0.7},
     {"t_wall": T0 + 2, "cpu_cores": 1.2, "cpu_usable": 2.0, "threads": {"job_thread": {"n": 2, "cores": 0.8}},
      "loop_lag_ms": {"p99": 25.0, "max": 60.0, "late_loops": 1}, "gc": {"count": 1, "ms": 4.0, "max_ms": 4.0},
-     "rss_mb": 950.0, "calls": 3, "engine": {"active": 2, "capacity": 16}, "load": 0.7},
+     "rss_mb": 950.0, "calls": 3, "livekit_jobs": 4, "engine": {"active": 2, "capacity": 16}, "load": 0.7},
     {"t_wall": T0 + 9, "cpu_cores": 2.0},  # outside the window
 ]  # fmt: skip
 
@@ -111,6 +111,7 @@ def test_the_worker_stats_file_is_read_and_summarized(tmp_path: Path) -> None:
     assert s["loop_lag_ms"] == {"p99_max": 25.0, "max": 60.0, "late_loops_max": 1.0}
     assert s["gc"] == {"count": 4.0, "ms": 5.5, "max_ms": 4.0} and s["rss_mb_max"] == 950.0
     assert s["calls_max"] == 3.0 and s["engine_active_max"] == 2.0 and s["load_max"] == 0.7
+    assert s["livekit_jobs_max"] == 4.0  # LiveKit's count beside ours: a job not yet connected is only in it
     assert s["cpu_python_cores_mean"] == 0.5  # a key only one record has
     assert stats_file.summarize(records, T0 + 100, T0 + 200) == {"samples": 0}
     assert stats_file.read(tmp_path / "absent.jsonl") == [] and stats_file.read(None) == []

@@ -361,7 +361,7 @@ def markdown(report: dict[str, Any]) -> str:
              "| N | failed | unanswered | failed turns (worker) | response P50 / P95 / P99 (ms) | calls with a gap | "
              "gaps (max ms) | "
              "stalls (max ms) | concealed ms | barge-in -> silence P50 / P95 | caller late P99 / max (ms) | "
-             "worker CPU cores | loop lag P99 max (ms) | calls per worker (max) |", "|" + "---|" * 14]  # fmt: skip
+             "worker CPU cores | loop lag P99 max (ms) | calls per worker, max (LiveKit's jobs) |", "|" + "---|" * 14]  # fmt: skip
     for lv in report["levels"]:
         r, b, ws = lv["response_ms"], lv["barge_in_silence_ms"], lv["workers"]
         late = max((h["publish_late_ms"]["p99"] or 0 for h in lv["caller_processes"]), default=None)
@@ -369,7 +369,7 @@ def markdown(report: dict[str, Any]) -> str:
         cpus = [c for w in ws if (c := (w.get("cpu_cores") or {}).get("mean")) is not None]
         lags = [v for w in ws if (v := (w.get("loop_lag_ms") or {}).get("p99_max")) is not None]
         cpu = " + ".join(str(c) for c in cpus) or None
-        spread = " / ".join(str(w.get("calls_max")) for w in ws) or None
+        spread = " / ".join(f"{w.get('calls_max')} ({w.get('livekit_jobs_max')})" for w in ws) or None
         lines.append(f"| {lv['calls']} | {lv['failed_calls']} | {lv['unanswered_turns']}/{lv['turns']} | "
                      f"{lv.get('failed_turns')} | {r['p50']} / "
                      f"{r['p95']} / {r['p99']} | {lv['calls_with_gap']} | {lv['gaps']} ({lv['gap_ms_max']}) | "

@@ -72,6 +72,7 @@ def summarize(records: list[dict[str, Any]], t0: float, t1: float, top: int = 5)
                "max_ms": _stat(_values(rows, "gc", "max_ms"), "max")},
         "rss_mb_max": _stat(_values(rows, "rss_mb"), "max"),
         "calls_max": _stat(_values(rows, "calls"), "max"),
+        "livekit_jobs_max": _stat(_values(rows, "livekit_jobs"), "max"),  # LiveKit's count, against our calls_max
         "engine_active_max": _stat(_values(rows, "engine", "active"), "max"),
         "engine_capacity": _stat(_values(rows, "engine", "capacity"), "max"),
         "load_max": _stat(_values(rows, "load"), "max"),
