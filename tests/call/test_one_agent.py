@@ -53,7 +53,12 @@ async def test_a_room_dispatched_again_while_its_agent_joins_late_keeps_one_agen
         await asyncio.sleep(1.0)  # a dispatch sent just before is taken (or refused: the worker is full at 2)
         jobs_taken = log.read_text(errors="replace").count("slow agent took job AJ_")
         assert jobs_taken >= 2, "no second job reached the worker: the test saw no second agent to turn away"
-        await asyncio.sleep(JOIN_DELAY_S + 2.0)  # every job taken has joined by now (and, with the fix, left)
+        try:  # each later job's agent joins JOIN_DELAY_S after it was taken, sees the first one, and leaves
+            await asyncio.to_thread(wait_for_line, log, "joined it first; job", 30, count=jobs_taken - 1)
+        except TimeoutError:
+            agents = await agents_in(lk, "twice")
+            pytest.fail(f"{jobs_taken} jobs taken and not every later one left: {len(agents)} agents in the "
+                        f"caller's room: {agents}")  # fmt: skip
         deadline = time.monotonic() + 3.0
         while time.monotonic() < deadline:  # the first agent stays, alone
             agents = await agents_in(lk, "twice")
@@ -63,7 +68,7 @@ async def test_a_room_dispatched_again_while_its_agent_joins_late_keeps_one_agen
                              log.read_text(errors="replace"))  # fmt: skip
         assert {first for first, _ in leaving} == {caller.agent_identity}, leaving
         assert len({job for _, job in leaving}) == jobs_taken - 1, leaving
-        deadline = time.monotonic() + 45
+        deadline = time.monotonic() + 60
         while caller.agent_peak <= 0.01 and time.monotonic() < deadline:  # the one agent answers the question
             await asyncio.sleep(0.25)
         assert caller.agent_peak > 0.01, "the agent that kept the room never spoke"
