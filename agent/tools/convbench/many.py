@@ -361,7 +361,8 @@ def markdown(report: dict[str, Any]) -> str:
              "| N | failed | unanswered | failed turns (worker) | response P50 / P95 / P99 (ms) | calls with a gap | "
              "gaps (max ms) | "
              "stalls (max ms) | concealed ms | barge-in -> silence P50 / P95 | caller late P99 / max (ms) | "
-             "worker CPU cores | loop lag P99 max (ms) | calls per worker, max (LiveKit's jobs) |", "|" + "---|" * 14]  # fmt: skip
+             "worker CPU cores | loop lag P99 max (ms) | calls per worker, max (LiveKit's jobs) |",
+             "|" + "---|" * 14]  # fmt: skip
     for lv in report["levels"]:
         r, b, ws = lv["response_ms"], lv["barge_in_silence_ms"], lv["workers"]
         late = max((h["publish_late_ms"]["p99"] or 0 for h in lv["caller_processes"]), default=None)
