@@ -12,18 +12,15 @@ Contract
 Why: a room can be dispatched more than once. The agent guard (token_server/agent_guard.py) dispatches again
 when no agent has joined after its grace time, and LiveKit's dispatch API shows a dispatch's job only once its
 agent is in the room, so a worker that took the job but joins late (a loaded host: event-loop lags of seconds)
-looks to the guard like no worker at all (docs/operations.md "One agent per room").
+looks to the guard like no worker at all (docs/operations.md "Faults": a room dispatched twice).
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 
 from livekit import rtc
 from livekit.agents.types import ATTRIBUTE_AGENT_NAME
-
-logger = logging.getLogger("agent.one_agent")
 
 
 def _ours(participant: rtc.RemoteParticipant, agent_name: str) -> bool:

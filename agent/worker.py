@@ -17,11 +17,12 @@ the LiveKit CLI's `lk agent dev|start agent/app.py` runs the same). No deprecate
   second to `AGENT_STATS_PATH` when set); each call's loop gets a lag probe.
 - Remote engine: with `TTS_ENGINE_URL` set, no model is loaded here; synthesis goes over HTTP to
   `python -m tts_engine serve` (for deployments that put TTS on its own GPU).
-- Each job: connect (audio only); leave at once, without a word, if another agent of ours joined the room first
-  (a room dispatched twice: `agent.one_agent`); else build `agent.voice.Call` with our audio output publishing its own
-  track, start the AgentSession on the room, follow the newest caller in it (`agent.callers`; the job ends
-  when LiveKit closes the room), write traces to `TRACES_DIR`, and keep the call's open turns in its journal
-  (`agent.journal`), so a worker that dies leaves its turns closed as `worker_lost` by whoever recovers it.
+- Each job: connect (audio only); leave at once, without a word, if another agent of ours joined the room
+  first (a room dispatched twice: `agent.one_agent`); else build `agent.voice.Call` with our audio output
+  publishing its own track, start the AgentSession on the room, follow the newest caller in it
+  (`agent.callers`; the job ends when LiveKit closes the room), write traces to `TRACES_DIR`, and keep the
+  call's open turns in its journal (`agent.journal`), so a worker that dies leaves its turns closed as
+  `worker_lost` by whoever recovers it.
 - A job that the token server's agent guard dispatched to replace a lost agent (its metadata says why:
   `token_server/agent_guard.py`) first tells the caller so, in one short sentence.
 - At start-up the worker recovers the calls of workers that died on this machine with no supervisor watching
