@@ -37,8 +37,9 @@ class Stats:
         assert window_s == worker.CPU_WINDOW_S
         return self.busy * self.cores
 
-    def note_load(self, value: float, terms: dict[str, float]) -> None:
+    def note_load(self, value: float, terms: dict[str, float], jobs: int | None = None) -> None:
         self.reports.append((value, terms))
+        self.jobs = jobs
 
 
 @pytest.fixture
@@ -77,9 +78,10 @@ def test_livekits_reserved_slot_estimate_stops_at_the_limit(setup: Any) -> None:
 
 
 def test_the_job_count_is_livekits_not_the_connected_calls(setup: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    setup({"AGENT_MAX_SESSIONS": "2", "AGENT_CPU_LIMIT": "off"})
+    stats = setup({"AGENT_MAX_SESSIONS": "2", "AGENT_CPU_LIMIT": "off"})
     monkeypatch.setattr(worker, "_active_calls", 0)  # a job launched, its entrypoint not yet connected
     assert worker.current_load(Server([object(), object()])) >= AgentConfig.load_threshold
+    assert stats.jobs == 2  # LiveKit's count goes to the stats line beside ours
     monkeypatch.setattr(worker, "_active_calls", 1)
     assert worker.current_load() < AgentConfig.load_threshold  # without the server (tests): the connected calls
 
