@@ -41,8 +41,8 @@ def _is_earlier(participant: rtc.RemoteParticipant, me: rtc.LocalParticipant, ag
 
 def earlier_agent(room: rtc.Room, agent_name: str) -> str | None:
     me = room.local_participant
-    earlier = sorted((p for p in room.remote_participants.values() if _is_earlier(p, me, agent_name)), key=_order)
-    return earlier[0].identity if earlier else None
+    earlier = [p for p in room.remote_participants.values() if _is_earlier(p, me, agent_name)]
+    return min(earlier, key=_order).identity if earlier else None
 
 
 def watch_for_earlier(room: rtc.Room, agent_name: str, on_found: Callable[[str], None]) -> Callable[[], None]:

@@ -25,10 +25,10 @@ Contract
   are left in place (deleting one makes LiveKit terminate a job that may still be on its way); they end with the
   room.
 - What "taken" can see: LiveKit's ListDispatch shows a dispatch's job only once its agent has joined the room
-  (livekit-server 1.13.5, measured: tests/call/test_one_agent.py). A worker that took the job but joins late (a
-  loaded host) looks untaken, so the guard may dispatch a room that already has an agent on its way. The worker
-  makes that harmless: the first agent of ours to join keeps the room and each later one leaves at once, without
-  a word (agent/one_agent.py).
+  (livekit-server 1.13.5, seen 2026-11-28 by polling ListDispatch; tests/call/test_one_agent.py relies on it).
+  A worker that took the job but joins late (a loaded host) looks untaken, so the guard may dispatch a room that
+  already has an agent on its way. The worker makes that harmless: the first agent of ours to join keeps the
+  room and each later one leaves at once, without a word (agent/one_agent.py).
 - One recovery per room at a time; it ends when the room has an agent, has no caller, or is gone.
 - `AGENT_GUARD=0` turns all of this off (the webhook route then answers 404).
 What LiveKit does not say: an agent whose worker died stays in the room until LiveKit's media timeout drops it

@@ -1,8 +1,9 @@
 """One agent per room, on the real stack: LiveKit's server, the token server with its agent guard, and the real
 worker whose agent joins 5 s after it took the job (tests/call/slow_agent.py), as on a loaded host. The guard's
 grace time (3 s) runs out first and it dispatches the room again; LiveKit's dispatch API shows no job until an
-agent is in the room, so it dispatches once more. Before agent/one_agent.py every dispatch became an agent in the
-caller's room (four, measured); now the first to join keeps the call and each later one leaves at once."""
+agent is in the room, so it dispatches once more. Before agent/one_agent.py every job taken became an agent in the
+caller's room (a minimal agent joining 4 s late: four of them, measured once); now the first to join keeps the
+call and each later one leaves at once."""
 
 from __future__ import annotations
 
