@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.tools.callbench.rtc_caller import wait_for_jobs
 from agent.tools.callbench.stack import LocalStack, room_traces
 from agent.tools.convbench import corpus, many
 from agent.tools.convbench.conductor import play_script
@@ -56,6 +57,10 @@ async def test_the_short_script_through_the_page_is_played_and_scored(stack: Loc
         await line.ready(90)
         await play_script(line, script, tl)
         line.record_into(tl)
+    # every turn's record is written by the time the call's job has ended: a reply cut by the barge-in's words can
+    # close after the next turn was answered (its record came last in a clean-clone run of 2026-11-29, read before
+    # it was written, and the scorer saw no cut)
+    await wait_for_jobs(stack.ports["AGENT_HTTP_PORT"], 0, 60)
     tl.traces = room_traces(stack, room)
     assert tl.errors == [], tl.errors
     assert [(i.item_id, i.played, i.reason) for i in tl.items] == [(i.id, True, "") for i in script.items]
