@@ -13,6 +13,8 @@ the LiveKit CLI's `lk agent dev|start agent/app.py` runs the same). No deprecate
   streams of the engine's capacity, the process's CPU share of its cores of `AGENT_CPU_LIMIT`; scaled so that a
   limit reached reads as `AGENT_LOAD_THRESHOLD`, where LiveKit offers the worker no call (docs/operations.md
   "Capacity and load").
+- `on_request` (`agent.admission.Admission`): an offer is declined when `AGENT_MAX_SESSIONS` jobs run or are
+  launching, counted on the loop; the load alone let a lagging worker take 12 jobs with a limit of 8.
 - The first load check starts the sampler (agent/worker_stats.py: CPU, loop lag per call, GC, RSS; one JSON line a
   second to `AGENT_STATS_PATH` when set); each call's loop gets a lag probe.
 - Remote engine: with `TTS_ENGINE_URL` set, no model is loaded here; synthesis goes over HTTP to
@@ -46,6 +48,7 @@ from livekit.agents import AgentServer, AutoSubscribe, JobContext, JobExecutorTy
 # LiveKit plugins must be registered on the main thread: the modules that import them (agent.vad: Silero;
 # agent.voice: the rest) are imported here, at module import, never first inside prewarm/entrypoint (job threads).
 from agent import livekit_internals, worker_stats
+from agent.admission import Admission
 from agent.callers import follow_callers, install_room_closing_filter
 from agent.config import MAX_SESSIONS, MAX_SESSIONS_CPU_ENGINE, AgentConfig
 from agent.engine_client import LocalBackend, RemoteBackend, TTSBackend
@@ -289,10 +292,12 @@ def server_options(cfg: AgentConfig) -> dict[str, Any]:
 
 
 def build_server(cfg: AgentConfig) -> AgentServer:
-    """The worker: an AgentServer whose one rtc_session is `entrypoint`, dispatched by name (AGENT_NAME)."""
+    """The worker: an AgentServer whose one rtc_session is `entrypoint`, dispatched by name (AGENT_NAME); a job
+    offer is accepted only while a call slot is free, counted on the loop (agent/admission.py)."""
     livekit_internals.close_runners_cancelled_in_prewarm()  # else stopping during a runner's prewarm hangs
     server = AgentServer(**server_options(cfg))
-    server.rtc_session(entrypoint, agent_name=cfg.agent_name)
+    admission = Admission(lambda: max_sessions(cfg), lambda: server.active_jobs)
+    server.rtc_session(entrypoint, agent_name=cfg.agent_name, on_request=admission)
     return server
 
 
