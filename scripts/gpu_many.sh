@@ -154,11 +154,11 @@ import agent.worker, token_server.app, agent.tools.convbench.many; print("import
 # score the levels whose calls were recorded before the bound (many.measure writes timelines/n<N>/ per level)
 import json, sys, datetime as dt
 from pathlib import Path
-from agent.tools.convbench import many, worker_stats
+from agent.tools.convbench import host_cpu, many, worker_stats
 from agent.tools.convbench.runner import read_traces
 from agent.tools.convbench.activity import DEFAULT_THRESHOLDS
 from agent.tools.convbench.timeline import Timeline
-out = Path(sys.argv[1]); levels = []; since = 0.0
+out = Path(sys.argv[1]); levels = []; since = since_host = 0.0
 stats = [worker_stats.read(p) for p in sorted((out / "stack").glob("worker_stats*.jsonl"))]  # one file a worker
 traces = read_traces(out / "stack" / "traces")
 for d in sorted((out / "timelines").glob("n*"), key=lambda p: int(p.name[1:])):
@@ -170,7 +170,9 @@ for d in sorted((out / "timelines").glob("n*"), key=lambda p: int(p.name[1:])):
     written = max(p.stat().st_mtime for p in files)  # the worker's figures: from the level before to this one's end
     w = [worker_stats.summarize(records, since, written) for records in stats]
     since = written
-    levels.append({**many.level_summary(len(tls), rows, [], w), "rows": rows, "partial": True})
+    host = host_cpu.summarize(host_cpu.read(out / "stack" / "host_cpu.jsonl"), since_host, written)
+    since_host = written
+    levels.append({**many.level_summary(len(tls), rows, [], w, host), "rows": rows, "partial": True})
 report = {"benchmark": "convbench.many", "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
           "command": "scripts/gpu_many.sh run (interrupted; scored from the recorded calls)",
           "device": many.device(), "versions": many.versions(),

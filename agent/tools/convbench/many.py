@@ -8,7 +8,8 @@ process records its publish lateness and loop lag, so a caller that falls behind
 Per call and per N: response (the caller's end of speech -> first agent audio at the caller) P50/P95/P99, gaps in
 what the caller receives inside an agent reply (a silent run of over `GAP_MS` while the agent's state is
 `speaking`; arrival stalls of the received track over `GAP_MS`; WebRTC's concealed audio), barge-in onset ->
-silence, failed calls and turns never answered; per worker the stats file (`AGENT_STATS_PATH`, worker_stats.py).
+silence, failed calls and turns never answered; per worker the stats file (`AGENT_STATS_PATH`, worker_stats.py);
+for the host, every process's CPU by role (host_cpu.py: workers, callers, LiveKit's server, engine servers ...).
 Writes DIR/many.json, DIR/many.md, DIR/many.png (response and gaps against N), DIR/timelines/n<N>/ (the recorded
 calls) and DIR/stack/ (logs, traces, worker stats). `--stand-in production` puts agent.tools.fake_openai (real
 HTTP) in place of the LLM and STT with production-like times (first token 150 ms, then 40 tokens/s; STT 150 ms);
@@ -45,7 +46,7 @@ from agent.local.defaults import ensure_random_checkpoint
 from agent.tools.callbench.bench import device, versions
 from agent.tools.callbench.rtc_caller import worker_info
 from agent.tools.callbench.stack import LocalStack, free_port, room_traces, wait_for_line
-from agent.tools.convbench import corpus
+from agent.tools.convbench import corpus, host_cpu
 from agent.tools.convbench import worker_stats as stats_file
 from agent.tools.convbench.activity import DEFAULT_THRESHOLDS, FRAME_S, Thresholds, runs
 from agent.tools.convbench.caller import Pacer, ScriptedCaller
@@ -223,8 +224,10 @@ def traced_turns(records: list[dict], room: str) -> dict[str, Any]:
     }
 
 
-def level_summary(n: int, rows: list[dict], health: list[dict], workers: list[dict]) -> dict[str, Any]:
-    """One level's figures; `workers` holds each worker's stats summary (worker_stats.summarize), in start order."""
+def level_summary(n: int, rows: list[dict], health: list[dict], workers: list[dict],
+                  host: dict | None = None) -> dict[str, Any]:  # fmt: skip
+    """One level's figures; `workers` holds each worker's stats summary (worker_stats.summarize), in start order;
+    `host` the host's CPU by role over the level (host_cpu.summarize)."""
     responses = [v for r in rows for v in r["response_ms"] if v is not None]
     gaps = [g for r in rows for g in r["gaps_ms"]]
     stalls = [s for r in rows for s in r["stalls_ms"]]
@@ -246,7 +249,7 @@ def level_summary(n: int, rows: list[dict], health: list[dict], workers: list[di
         "concealed_ms_total": round(sum(concealed), 1) if concealed else None,
         "barge_in_silence_ms": {"n": len(silences), **percentiles(silences, (50, 95), 1)},
         "barge_in_missed": sum(r["barge_in_missed"] for r in rows),
-        "caller_processes": health, "workers": workers,
+        "caller_processes": health, "workers": workers, "host": host,
     }  # fmt: skip
 
 
@@ -326,9 +329,9 @@ def start_extra_workers(stack: LocalStack, envs: dict[str, dict[str, str]], time
 
 
 def measure(stack: LocalStack, levels: list[int], script_path: Path, *, window_s: float, procs: int,
-            turns: int | None, workers: list[Worker], keep: Path | None = None,
+            turns: int | None, workers: list[Worker], keep: Path | None = None, host_path: Path | None = None,
             progress=print) -> list[dict]:  # noqa: ANN001  # fmt: skip
-    """Each level in turn; the recorded calls go to `keep`/n<N>/ when given."""
+    """Each level in turn; the recorded calls go to `keep`/n<N>/ when given; `host_path`: the HostSampler's file."""
     out = []
     for n in levels:  # each level starts idle: the one before waited for its jobs to end
         t0 = time.time()
@@ -343,8 +346,9 @@ def measure(stack: LocalStack, levels: list[int], script_path: Path, *, window_s
         records = stack.traces()
         for tl, row in zip(timelines, rows, strict=True):
             row.update(traced_turns(records, tl.room))
-        summary = level_summary(n, rows, health, [stats_file.summarize(stats_file.read(w.stats_path), t0, t1)
-                                                  for w in workers])  # fmt: skip
+        per_worker = [stats_file.summarize(stats_file.read(w.stats_path), t0, t1) for w in workers]
+        host = host_cpu.summarize(host_cpu.read(host_path), t0, t1) if host_path else None
+        summary = level_summary(n, rows, health, per_worker, host)
         out.append({**summary, "rows": rows, "seconds": round(t1 - t0, 1)})
         r = summary["response_ms"]
         spread = "/".join(str(w.get("calls_max")) for w in summary["workers"]) if len(workers) > 1 else ""
@@ -354,6 +358,18 @@ def measure(stack: LocalStack, levels: list[int], script_path: Path, *, window_s
     return out
 
 
+def host_busy(host: dict | None) -> str | None:
+    """'0.52 / 0.84': the host's busy share of its cores over a level, mean / max."""
+    busy = (host or {}).get("busy") or {}
+    return None if busy.get("mean") is None else f"{busy['mean']} / {busy['max']}"
+
+
+def host_roles(host: dict | None) -> str | None:
+    """'workers 5.6, callers 3.1, ...': each role's mean cores over a level, the busiest first."""
+    roles = [(v["mean"], name) for name, v in ((host or {}).get("roles") or {}).items() if v.get("mean")]
+    return ", ".join(f"{name} {cores}" for cores, name in sorted(roles, reverse=True)) or None
+
+
 def markdown(report: dict[str, Any]) -> str:
     lines = [f"# Many calls: {report['device']}, {report['date'][:10]}", "", f"`{report['command']}` "
              f"(stand-in: {report['config']['stand_in']}, {report['config']['caller_procs']} caller process(es), "
@@ -361,8 +377,9 @@ def markdown(report: dict[str, Any]) -> str:
              "| N | failed | unanswered | failed turns (worker) | response P50 / P95 / P99 (ms) | calls with a gap | "
              "gaps (max ms) | "
              "stalls (max ms) | concealed ms | barge-in -> silence P50 / P95 | caller late P99 / max (ms) | "
-             "worker CPU cores | loop lag P99 max (ms) | calls per worker, max (LiveKit's jobs) |",
-             "|" + "---|" * 14]  # fmt: skip
+             "worker CPU cores | loop lag P99 max (ms) | calls per worker, max (LiveKit's jobs) | "
+             "host busy mean / max | host cores by role (mean) |",
+             "|" + "---|" * 16]  # fmt: skip
     for lv in report["levels"]:
         r, b, ws = lv["response_ms"], lv["barge_in_silence_ms"], lv["workers"]
         late = max((h["publish_late_ms"]["p99"] or 0 for h in lv["caller_processes"]), default=None)
@@ -375,11 +392,12 @@ def markdown(report: dict[str, Any]) -> str:
                      f"{lv.get('failed_turns')} | {r['p50']} / "
                      f"{r['p95']} / {r['p99']} | {lv['calls_with_gap']} | {lv['gaps']} ({lv['gap_ms_max']}) | "
                      f"{lv['stalls']} ({lv['stall_ms_max']}) | {lv['concealed_ms_total']} | {b['p50']} / {b['p95']} | "
-                     f"{late} / {worst} | {cpu} | {max(lags, default=None)} | {spread} |")  # fmt: skip
+                     f"{late} / {worst} | {cpu} | {max(lags, default=None)} | {spread} | "
+                     f"{host_busy(lv.get('host'))} | {host_roles(lv.get('host'))} |")  # fmt: skip
     lines += ["", f"A gap: the agent silent for over {GAP_MS:g} ms inside a reply (its state `speaking`), at the "
               "caller; a stall: no received frame for that long; concealed: audio WebRTC made up for late or lost "
               "packets. Worker figures from its stats file (agent/tools/convbench/worker_stats.py); none when the "
-              "worker writes none."]  # fmt: skip
+              "worker writes none. Host: every process's CPU each second, by role (convbench/host_cpu.py)."]
     return "\n".join(lines) + "\n"
 
 
@@ -450,6 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     envs: dict[str, dict[str, str]] = {}
     fake = None
     began = time.monotonic()
+    sampler = host_cpu.HostSampler(stack_dir / "host_cpu.jsonl").start()  # where the host's CPU goes, by role
     try:
         if args.engine_servers:  # before the stack: each loads its engine (minutes on a cold GPU host), all at once
             model = args.tts_model or ensure_random_checkpoint()  # the worker's own embedded default, on a CPU
@@ -474,10 +493,12 @@ def main(argv: list[str] | None = None) -> int:
             workers = [Worker("agent", stack.ports["AGENT_HTTP_PORT"], Path(env["AGENT_STATS_PATH"]))]
             workers += start_extra_workers(stack, envs)
             levels_out = measure(stack, levels, script_path, window_s=args.arrival_window, procs=args.caller_procs,
-                                 turns=args.turns, workers=workers, keep=args.out / "timelines")  # fmt: skip
+                                 turns=args.turns, workers=workers, keep=args.out / "timelines",
+                                 host_path=sampler.path)  # fmt: skip
         finally:
             stack.stop()
     finally:
+        sampler.stop()
         for proc in [*servers, *([fake] if fake is not None else [])]:
             proc.terminate()
             proc.wait(30)
