@@ -19,7 +19,7 @@
 # one engine process per GPU that the workers share over HTTP instead of an engine in each worker. BOUND_S (420):
 # the whole `run` part ends within that long (set it some 20 s inside the device call's limit): the many run gets
 # what is left less RESERVE_S (45), then is interrupted, and the levels it finished are scored from the recorded
-# calls (many_partial.json) when it could not write many.json itself. It works in WORK
+# calls (`many --rescore`: many_partial.json / .md) when it could not write many.json itself. It works in WORK
 # (/tmp/gpu_many_work); OUT (default out/gpu_many) gets many.json and many.md (or many_partial.json), many.log,
 # machine_*.txt and many_out.tar.gz (the recorded calls, the stack's logs, traces and worker stats): at most 8
 # files, as the device tool brings back. WARM_ENGINE=1 (prep): load the engine once in a process of its own
@@ -149,39 +149,11 @@ import agent.worker, token_server.app, agent.tools.convbench.many; print("import
     # an interrupted run leaves its services up: stop them through their pid files (their own sessions)
     RUN_DIR=$WORK/many/stack/run LOG_DIR=$WORK/many/stack/logs ENV_FILE=/dev/null bash scripts/start_all.sh stop \
       >/dev/null 2>&1 || true
-    if [ ! -f "$WORK/many/many.json" ]; then
-      "$PY" - "$WORK/many" <<'EOF' 2>&1 | tail -30
-# score the levels whose calls were recorded before the bound (many.measure writes timelines/n<N>/ per level)
-import json, sys, datetime as dt
-from pathlib import Path
-from agent.tools.convbench import host_cpu, many, worker_stats
-from agent.tools.convbench.runner import read_traces
-from agent.tools.convbench.activity import DEFAULT_THRESHOLDS
-from agent.tools.convbench.timeline import Timeline
-out = Path(sys.argv[1]); levels = []; since = since_host = 0.0
-stats = [worker_stats.read(p) for p in sorted((out / "stack").glob("worker_stats*.jsonl"))]  # one file a worker
-traces = read_traces(out / "stack" / "traces")
-for d in sorted((out / "timelines").glob("n*"), key=lambda p: int(p.name[1:])):
-    files = sorted(d.glob("*.json"))
-    tls = [Timeline.from_json(json.loads(p.read_text())) for p in files]
-    rows = [many.call_row(tl, DEFAULT_THRESHOLDS) for tl in tls]
-    for tl, row in zip(tls, rows):  # the worker's own account of each turn, as many.measure adds it
-        row.update(many.traced_turns(traces, tl.room))
-    written = max(p.stat().st_mtime for p in files)  # the worker's figures: from the level before to this one's end
-    w = [worker_stats.summarize(records, since, written) for records in stats]
-    since = written
-    host = host_cpu.summarize(host_cpu.read(out / "stack" / "host_cpu.jsonl"), since_host, written)
-    since_host = written
-    levels.append({**many.level_summary(len(tls), rows, [], w, host), "rows": rows, "partial": True})
-report = {"benchmark": "convbench.many", "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-          "command": "scripts/gpu_many.sh run (interrupted; scored from the recorded calls)",
-          "device": many.device(), "versions": many.versions(),
-          "config": {"stand_in": "production", "caller_procs": 0, "arrival_window_s": 0}, "levels": levels}
-(out / "many_partial.json").write_text(json.dumps(report, indent=1) + "\n")
-print(many.markdown(report))
-EOF
+    if [ ! -f "$WORK/many/many.json" ]; then  # cut short: score the levels whose calls were recorded
+      "$PY" -m agent.tools.convbench.many --rescore --out "$WORK/many" 2>&1 | tail -30
+      for f in json md; do [ -f "$WORK/many/many_rescored.$f" ] && mv "$WORK/many/many_rescored.$f" "$WORK/many/many_partial.$f"; done
     fi
-    for f in many.json many.md many_partial.json; do [ -f "$WORK/many/$f" ] && cp "$WORK/many/$f" "$OUT/"; done
+    for f in many.json many.md many_partial.json many_partial.md; do [ -f "$WORK/many/$f" ] && cp "$WORK/many/$f" "$OUT/"; done
     tar -C "$WORK/many" -czf "$OUT/many_out.tar.gz" --exclude='*.pid' --exclude='run' . 2>/dev/null
     ls -la "$OUT"
     exit "$rc"

@@ -139,3 +139,41 @@ def test_each_worker_gets_its_stats_file_its_share_and_a_gpu_round_robin(tmp_pat
     share = float(spread[0]["TTS_DEEP_STREAM_GPU_MEMORY_FRACTION"])
     assert share == pytest.approx(many.EngineConfig.gpu_memory_fraction / 2, abs=1e-3)
     assert "TTS_DEEP_STREAM_GPU_MEMORY_FRACTION" not in many.worker_env(1, 2, 2, tmp_path / "t.jsonl", 8)
+
+
+def test_each_response_gets_the_wait_the_worker_chose_for_that_turn() -> None:
+    """Responses are split by the worker's turn decision (its traces), matched by the end of speech: the caller's
+    last voiced sound, then the worker's VAD end within MATCH_S; a turn with no trace reads None."""
+    def trace(t0: float, wait: str, room: str = "r1") -> dict:
+        return {"session_id": f"{room}-AJ_x", "wall_t0": t0, "outcome": "answered", "turn_decision": {"wait": wait}}
+
+    records = [trace(T0 + 2.3, "short"), trace(T0 + 9.4, "medium"), trace(T0 + 2.3, "long", room="other"),
+               {"session_id": "r1-AJ_x", "wall_t0": T0 + 30.0, "outcome": "error"},  # no decision: an error
+               {**trace(T0 + 30.0, "long")}]
+    row = {"response_ms": [650.0, 1950.0, None], "response_ends": [T0 + 2.0, T0 + 9.0, T0 + 20.0]}
+    row.update(many.traced_turns(records, "r1", row["response_ends"]))
+    assert row["response_waits"] == ["short", "medium", None]
+    second = {"response_ms": [700.0], "response_waits": ["short"]}
+    groups = many.by_wait([row, second])
+    assert groups["short"]["n"] == 2 and groups["short"]["p50"] == 675.0
+    assert groups["medium"]["n"] == 1 and "None" not in groups  # an unanswered turn has no response to split
+    assert "short 675.0" in many.waits(groups)
+
+
+def test_rescore_scores_what_a_run_left(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--rescore` reads a run's folder (timelines per level, traces, stats) and writes many_rescored.*; a folder
+    with no timelines is refused with a clear error, not a traceback."""
+    with pytest.raises(SystemExit) as refused:
+        many.main(["--rescore", "--out", str(tmp_path)])
+    assert refused.value.code == 2 and "not a many-calls run's folder" in capsys.readouterr().err
+    (tmp_path / "timelines" / "n1").mkdir(parents=True)
+    tl = call_with_a_gap()
+    (tmp_path / "timelines" / "n1" / "r.json").write_text(json.dumps(tl.to_json()))
+    (tmp_path / "stack" / "traces").mkdir(parents=True)
+    (tmp_path / "many_partial.json").write_text(json.dumps({"device": "the run's host", "command": "run cmd"}))
+    assert many.main(["--rescore", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "many_rescored.json").read_text())
+    assert report["device"] == "the run's host" and report["run_command"] == "run cmd"
+    (level,) = report["levels"]
+    assert level["calls"] == 1 and level["rows"][0]["room"] == "r" and level["host"] is None
+    assert (tmp_path / "many_rescored.md").read_text().startswith("# Many calls: the run's host")

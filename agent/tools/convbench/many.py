@@ -51,7 +51,7 @@ from agent.tools.convbench import worker_stats as stats_file
 from agent.tools.convbench.activity import DEFAULT_THRESHOLDS, FRAME_S, Thresholds, runs
 from agent.tools.convbench.caller import Pacer, ScriptedCaller
 from agent.tools.convbench.conductor import play_script
-from agent.tools.convbench.runner import JOIN_TIMEOUT_S, STACK_ENV
+from agent.tools.convbench.runner import JOIN_TIMEOUT_S, STACK_ENV, read_traces
 from agent.tools.convbench.score import EOT_WINDOW_S, Signals, cued_rows
 from agent.tools.convbench.script import Script, Turn, load_script
 from agent.tools.convbench.timeline import Timeline
@@ -65,6 +65,7 @@ FAILED_OUTCOMES = (Outcome.ERROR.value, Outcome.WORKER_LOST.value)  # the agent 
 SPOKEN_OUTCOMES = (Outcome.ANSWERED.value, Outcome.INTERRUPTED.value)  # an answer played, whole or cut
 STAND_INS = {"production": PRESETS["production"]}  # agent.tools.fake_openai --preset production
 SPAWN_LEAD_S = 6.0  # caller processes import livekit and numpy before the first arrival
+MATCH_S = 2.0  # a caller's end of speech and the worker's (VAD hangover, transport) are at most this far apart
 
 
 @dataclass(frozen=True)
@@ -192,36 +193,57 @@ def concealed_ms(tl: Timeline) -> float | None:
 
 def call_row(tl: Timeline, th: Thresholds) -> dict[str, Any]:
     sig = Signals(tl, th)
-    responses = []
+    responses, ends = [], []
     for rec in (r for r in tl.items if r.kind == "turn" and r.played):
         end = tl.plays_of(rec.item_id)[-1].last_voiced
         onset = next((o for o in sig.onsets if end <= o < end + EOT_WINDOW_S), None)
         responses.append(None if onset is None else round((onset - end) * 1000.0, 1))
+        ends.append(round(end, 3))
     barges = [r for r in cued_rows(tl, sig) if r["kind"] == "barge_in" and r["played"]]
     return {
         "room": tl.room, "errors": tl.errors, "turns": len(responses),
         "failed": bool(tl.errors) or not responses, "unanswered": sum(r is None for r in responses),
-        "response_ms": responses, "barge_in_silence_ms": [r["silence_ms"] for r in barges],
+        "response_ms": responses, "response_ends": ends,  # each turn's last voiced sound, Unix s (caller's clock)
+        "barge_in_silence_ms": [r["silence_ms"] for r in barges],
         "barge_in_missed": sum(r["silence_ms"] is None for r in barges), "concealed_ms": concealed_ms(tl),
         **reply_gaps(tl, th),
     }  # fmt: skip
 
 
-def traced_turns(records: list[dict], room: str) -> dict[str, Any]:
+def traced_turns(records: list[dict], room: str, ends: list[float] | None = None) -> dict[str, Any]:
     """The worker's own account of a call's turns (its trace records of `room`), as fields of that call's row:
     outcomes, the turns it failed, the turns it answered, and the errors. A failed turn is answered by the apology,
     which the caller hears as a response; one failed by an error whose apology the caller then cut reads
-    `interrupted`, so a turn with an error recorded counts as failed too."""
+    `interrupted`, so a turn with an error recorded counts as failed too. With `ends` (the row's `response_ends`):
+    `response_waits`, for each response the wait the worker's turn decision chose (short, medium, long; None when
+    no trace matches), from the turn whose end of speech the worker saw within MATCH_S after the caller's."""
     turns = room_traces(records, room)
     failed = [r for r in turns if r.get("outcome") in FAILED_OUTCOMES or r.get("errors")]
     answered = [r for r in turns if r.get("outcome") in SPOKEN_OUTCOMES and not r.get("errors")]
     errors = sorted({e for r in failed for e in r.get("errors") or []})
-    return {
+    out = {
         "outcomes": dict(Counter(str(r.get("outcome")) for r in turns)),
         "failed_turns": len(failed),
         "answered_turns": len(answered),
         "traced_errors": errors,
     }
+    if ends is not None:
+        timed = [r for r in turns if isinstance(r.get("wall_t0"), (int, float))]
+        heard = sorted(((r["wall_t0"], (r.get("turn_decision") or {}).get("wait")) for r in timed),
+                       key=lambda tw: tw[0])  # fmt: skip
+        out["response_waits"] = [next((w for t, w in heard if end <= t < end + MATCH_S), None) for end in ends]
+    return out
+
+
+def by_wait(rows: list[dict]) -> dict[str, dict]:
+    """Response percentiles per turn-decision wait: the load's cost apart from the turn-taking policy's (a turn
+    whose words read NEUTRAL waits `medium`, over a second more, at any load)."""
+    groups: dict[str, list[float]] = {}
+    for r in rows:
+        for ms, wait in zip(r["response_ms"], r.get("response_waits") or [], strict=False):
+            if ms is not None:
+                groups.setdefault(str(wait), []).append(ms)
+    return {w: {"n": len(v), **percentiles(v, (50, 95, 99), 1)} for w, v in sorted(groups.items())}
 
 
 def level_summary(n: int, rows: list[dict], health: list[dict], workers: list[dict],
@@ -243,6 +265,7 @@ def level_summary(n: int, rows: list[dict], health: list[dict], workers: list[di
         "turn_outcomes": dict(outcomes), "failed_turns": sum(r.get("failed_turns", 0) for r in rows),
         "traced_errors": errors[:20],
         "response_ms": {"n": len(responses), **percentiles(responses, (50, 95, 99), 1)},
+        "response_ms_by_wait": by_wait(rows),
         "replies": sum(r["replies"] for r in rows),
         "calls_with_gap": sum(r["replies_with_gap"] > 0 for r in rows), "gaps": len(gaps),
         "gap_ms_max": max(gaps, default=None), "stalls": len(stalls), "stall_ms_max": max(stalls, default=None),
@@ -345,7 +368,7 @@ def measure(stack: LocalStack, levels: list[int], script_path: Path, *, window_s
         wait_idle([w.health_port for w in workers])  # a job writes its last turn when it ends
         records = stack.traces()
         for tl, row in zip(timelines, rows, strict=True):
-            row.update(traced_turns(records, tl.room))
+            row.update(traced_turns(records, tl.room, row["response_ends"]))
         per_worker = [stats_file.summarize(stats_file.read(w.stats_path), t0, t1) for w in workers]
         host = host_cpu.summarize(host_cpu.read(host_path), t0, t1) if host_path else None
         summary = level_summary(n, rows, health, per_worker, host)
@@ -370,6 +393,11 @@ def host_roles(host: dict | None) -> str | None:
     return ", ".join(f"{name} {cores}" for cores, name in sorted(roles, reverse=True)) or None
 
 
+def waits(groups: dict | None) -> str | None:
+    """'short 652 / 767 (26); medium 1924 / 1949 (6)': response P50 / P95 per turn-decision wait."""
+    return "; ".join(f"{w} {g['p50']} / {g['p95']} ({g['n']})" for w, g in (groups or {}).items()) or None
+
+
 def markdown(report: dict[str, Any]) -> str:
     lines = [f"# Many calls: {report['device']}, {report['date'][:10]}", "", f"`{report['command']}` "
              f"(stand-in: {report['config']['stand_in']}, {report['config']['caller_procs']} caller process(es), "
@@ -378,8 +406,8 @@ def markdown(report: dict[str, Any]) -> str:
              "gaps (max ms) | "
              "stalls (max ms) | concealed ms | barge-in -> silence P50 / P95 | caller late P99 / max (ms) | "
              "worker CPU cores | loop lag P99 max (ms) | calls per worker, max (LiveKit's jobs) | "
-             "host busy mean / max | host cores by role (mean) |",
-             "|" + "---|" * 16]  # fmt: skip
+             "host busy mean / max | host cores by role (mean) | response P50 / P95 by the worker's wait (n) |",
+             "|" + "---|" * 17]  # fmt: skip
     for lv in report["levels"]:
         r, b, ws = lv["response_ms"], lv["barge_in_silence_ms"], lv["workers"]
         late = max((h["publish_late_ms"]["p99"] or 0 for h in lv["caller_processes"]), default=None)
@@ -393,7 +421,8 @@ def markdown(report: dict[str, Any]) -> str:
                      f"{r['p95']} / {r['p99']} | {lv['calls_with_gap']} | {lv['gaps']} ({lv['gap_ms_max']}) | "
                      f"{lv['stalls']} ({lv['stall_ms_max']}) | {lv['concealed_ms_total']} | {b['p50']} / {b['p95']} | "
                      f"{late} / {worst} | {cpu} | {max(lags, default=None)} | {spread} | "
-                     f"{host_busy(lv.get('host'))} | {host_roles(lv.get('host'))} |")  # fmt: skip
+                     f"{host_busy(lv.get('host'))} | {host_roles(lv.get('host'))} | "
+                     f"{waits(lv.get('response_ms_by_wait'))} |")  # fmt: skip
     lines += ["", f"A gap: the agent silent for over {GAP_MS:g} ms inside a reply (its state `speaking`), at the "
               "caller; a stall: no received frame for that long; concealed: audio WebRTC made up for late or lost "
               "packets. Worker figures from its stats file (agent/tools/convbench/worker_stats.py); none when the "
@@ -423,10 +452,57 @@ def plot(report: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def host_device() -> str:
+    """The host: its CPU and cores (callbench's `device()` without its CPU-only note) and its GPUs, by nvidia-smi."""
+    cpu = device().split(" (")[0]
+    try:
+        gpus = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=10, check=True).stdout.split("\n")  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return f"{cpu}, no GPU"
+    gpus = [g.strip() for g in gpus if g.strip()]
+    return f"{cpu}, {len(gpus)} GPU(s): {'; '.join(gpus)}" if gpus else f"{cpu}, no GPU"
+
+
+def rescore(out: Path, command: str) -> dict[str, Any]:
+    """A report from what a run left in `out` (timelines/n<N>/, stack/traces, worker and host stats): the levels it
+    recorded, each scored as `measure` does, its stats window from the level before to its last recorded call
+    (file times). For a run cut short (scripts/gpu_many.sh) and for scoring old runs with a newer scorer."""
+    levels, since = [], 0.0
+    stats = [stats_file.read(p) for p in sorted((out / "stack").glob("worker_stats*.jsonl"))]  # one file a worker
+    host_records = host_cpu.read(out / "stack" / "host_cpu.jsonl")
+    traces = read_traces(out / "stack" / "traces")
+    for d in sorted((out / "timelines").glob("n*"), key=lambda p: int(p.name[1:])):
+        files = sorted(d.glob("*.json"))
+        if not files:
+            continue
+        tls = [Timeline.from_json(json.loads(p.read_text())) for p in files]
+        rows = [call_row(tl, DEFAULT_THRESHOLDS) for tl in tls]
+        for tl, row in zip(tls, rows, strict=True):
+            row.update(traced_turns(traces, tl.room, row["response_ends"]))
+        written = max(p.stat().st_mtime for p in files)
+        per_worker = [stats_file.summarize(records, since, written) for records in stats]
+        host = host_cpu.summarize(host_records, since, written) if host_records else None
+        since = written
+        levels.append({**level_summary(len(tls), rows, [], per_worker, host), "rows": rows, "rescored": True})
+    # the run's own device, versions and settings when it wrote a report (rescoring happens on another machine)
+    prior = next((json.loads(p.read_text()) for p in (out / "many.json", out / "many_partial.json") if p.is_file()), {})
+    return {
+        "benchmark": "convbench.many", "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command": command, "run_command": prior.get("command"), "run_date": prior.get("date"),
+        "device": prior.get("device") or host_device(), "versions": prior.get("versions") or versions(),
+        "config": prior.get("config") or {"stand_in": "production", "caller_procs": 0, "arrival_window_s": 0},
+        "levels": levels,
+    }  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agent.tools.convbench.many", description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", required=True, help="concurrent calls per level, e.g. 1,2,4,8")
+    parser.add_argument("--calls", help="concurrent calls per level, e.g. 1,2,4,8")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--rescore", action="store_true",
+                        help="run nothing: score what a run left in --out (its timelines, traces, stats) into "
+                             "OUT/many_rescored.json and .md (a run cut short; an old run, newer scorer)")  # fmt: skip
     parser.add_argument("--arrival-window", type=float, default=5.0, help="seconds over which a level's calls arrive")
     parser.add_argument("--caller-procs", type=int, default=1, help="caller processes (default 1)")
     parser.add_argument("--script", type=Path, help="the script each caller plays (default: the corpus's calls script)")
@@ -448,6 +524,16 @@ def main(argv: list[str] | None = None) -> int:
         help="spread the workers over this many GPUs (CUDA_VISIBLE_DEVICES round robin; 0: unset)",
     )
     args = parser.parse_args(argv)
+    if args.rescore:
+        if not (args.out / "timelines").is_dir():
+            parser.error(f"--rescore: {args.out}/timelines is missing: not a many-calls run's folder")
+        report = rescore(args.out, "python -m agent.tools.convbench.many " + " ".join(sys.argv[1:]))
+        (args.out / "many_rescored.json").write_text(json.dumps(report, indent=1) + "\n")
+        (args.out / "many_rescored.md").write_text(markdown(report))
+        print(markdown(report))
+        return 0
+    if not args.calls:
+        parser.error("--calls is required (or --rescore)")
     try:
         levels = [int(x) for x in args.calls.split(",")]
     except ValueError:
@@ -504,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
             proc.wait(30)
     report = {
         "benchmark": "convbench.many", "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "command": "python -m agent.tools.convbench.many " + " ".join(sys.argv[1:]), "device": device(),
+        "command": "python -m agent.tools.convbench.many " + " ".join(sys.argv[1:]), "device": host_device(),
         "versions": versions(), "duration_s": round(time.monotonic() - began, 1),
         "config": {"stand_in": args.stand_in, **({"stand_in_times": STAND_INS[args.stand_in]} if fake else {}),
                    "caller_procs": args.caller_procs, "arrival_window_s": args.arrival_window,
