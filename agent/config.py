@@ -22,7 +22,11 @@ STT_EARLY_MS = 64  # silence inside a speech after which it goes to STT (agent/e
 # a worker's capacity (docs/operations.md "Capacity and load"; `python -m agent.tools.capacity` measures it), when
 # AGENT_MAX_SESSIONS is not set: by where the TTS engine runs (agent/worker.py max_sessions)
 MAX_SESSIONS_CPU_ENGINE = 1  # embedded on the CPU: the 2-core box holds one call (a second triples the response)
-MAX_SESSIONS = 8  # on a GPU, or a remote engine: not yet measured through the stack
+# on a GPU or with a remote engine (an H200 host, agent/tools/convbench/results/h200_many_2026-11-29/): a THREAD
+# worker's calls stayed within 35 ms of one call's response P95 at 2 calls a worker and went late at 3; PROCESS
+# workers held 16 calls on two with no gap
+MAX_SESSIONS_THREAD = 2
+MAX_SESSIONS = 8
 CPU_LIMIT = 0.85
 
 

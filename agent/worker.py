@@ -50,7 +50,7 @@ from livekit.agents import AgentServer, AutoSubscribe, JobContext, JobExecutorTy
 from agent import livekit_internals, worker_stats
 from agent.admission import Admission
 from agent.callers import follow_callers, install_room_closing_filter
-from agent.config import MAX_SESSIONS, MAX_SESSIONS_CPU_ENGINE, AgentConfig
+from agent.config import MAX_SESSIONS, MAX_SESSIONS_CPU_ENGINE, MAX_SESSIONS_THREAD, AgentConfig
 from agent.engine_client import LocalBackend, RemoteBackend, TTSBackend
 from agent.journal import CallJournal
 from agent.local.defaults import RANDOM_WEIGHTS_WARNING, ensure_random_checkpoint
@@ -129,12 +129,15 @@ def prewarm(proc: JobProcess) -> None:
 
 
 def max_sessions(cfg: AgentConfig) -> int:
-    """`AGENT_MAX_SESSIONS`, else by where the TTS runs: the embedded engine on the CPU `MAX_SESSIONS_CPU_ENGINE`,
-    measured on the 2-core box; anything else (a GPU, a remote engine) `MAX_SESSIONS`."""
+    """`AGENT_MAX_SESSIONS`, else by where the TTS runs and how calls share the process (agent/config.py): the
+    embedded engine on the CPU `MAX_SESSIONS_CPU_ENGINE` (the 2-core box); on a GPU or with a remote engine,
+    `MAX_SESSIONS_THREAD` under the THREAD executor, `MAX_SESSIONS` under PROCESS (both measured on an H200 host)."""
     if cfg.max_sessions is not None:
         return cfg.max_sessions
     engine = _engine
-    return MAX_SESSIONS_CPU_ENGINE if engine is not None and engine.device.type == "cpu" else MAX_SESSIONS
+    if engine is not None and engine.device.type == "cpu":
+        return MAX_SESSIONS_CPU_ENGINE
+    return MAX_SESSIONS_THREAD if cfg.job_executor == "thread" else MAX_SESSIONS
 
 
 def current_load(server: Any = None) -> float:

@@ -112,3 +112,28 @@ def test_cpu_limit_setting() -> None:
         with pytest.raises(ConfigError, match="AGENT_CPU_LIMIT"):
             AgentConfig.from_env({"AGENT_CPU_LIMIT": bad})
     assert AgentConfig.from_env({"AGENT_STATS_PATH": "/tmp/s.jsonl"}).stats_path == "/tmp/s.jsonl"
+
+
+def test_the_calls_limit_by_default_follows_the_engine_and_the_executor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unset AGENT_MAX_SESSIONS: one call with the embedded engine on a CPU; on a GPU or with a remote engine,
+    what the H200 host measured: 2 calls a THREAD worker, 8 a PROCESS worker (agent/config.py)."""
+
+    @dataclass
+    class Engine:
+        device: Any
+
+    from types import SimpleNamespace
+
+    from agent.config import MAX_SESSIONS, MAX_SESSIONS_CPU_ENGINE, MAX_SESSIONS_THREAD
+
+    assert (MAX_SESSIONS_CPU_ENGINE, MAX_SESSIONS_THREAD, MAX_SESSIONS) == (1, 2, 8)
+    monkeypatch.setattr(worker, "_engine", Engine(SimpleNamespace(type="cpu")))
+    assert worker.max_sessions(AgentConfig.from_env({})) == 1
+    monkeypatch.setattr(worker, "_engine", Engine(SimpleNamespace(type="cuda")))
+    assert worker.max_sessions(AgentConfig.from_env({})) == 2
+    assert worker.max_sessions(AgentConfig.from_env({"AGENT_JOB_EXECUTOR": "process"})) == 8
+    monkeypatch.setattr(worker, "_engine", None)  # a remote engine: nothing loaded here
+    remote = {"TTS_ENGINE_URL": "http://127.0.0.1:9/"}
+    assert worker.max_sessions(AgentConfig.from_env(remote)) == 2
+    assert worker.max_sessions(AgentConfig.from_env({**remote, "AGENT_JOB_EXECUTOR": "process"})) == 8
+    assert worker.max_sessions(AgentConfig.from_env({**remote, "AGENT_MAX_SESSIONS": "5"})) == 5
