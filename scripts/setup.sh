@@ -82,7 +82,7 @@ fi
 # instead of compiling llama.cpp again
 stamp="$VENV/.voice-agent-installed"
 # llama.cpp for a portable x86-64-v3 CPU (AVX2, FMA, F16C), not -march=native: on an Intel Xeon that reports AMX,
-# the native build's AMX matmul (ldtilecfg) died with a general protection fault on its first generated token
+# the native build's AMX matmul (ldtilecfg) died with a general protection fault during its first generation
 # (2026-11-29), since the VM does not grant the AMX tile state; the flags are part of the cache folder's name
 LLAMA_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
 LLAMA_FLAVOUR=x86-64-v3
