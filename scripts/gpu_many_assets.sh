@@ -10,6 +10,7 @@
 #          wheels, no dependencies resolved: the list below is what a worker process imports, measured with the
 #          project's venv), livekit-server as xz (26 MB from 75), the many-calls script and its clips
 #   bin/   a copy of scripts/gpu_many.sh (what the device command runs)
+#   test/  pytest, hypothesis and their parts: scripts/gpu_properties.sh runs the duplex property test there
 #
 # Versions are the project venv's (VENV, default /work/main/.venv: installed from constraints.txt). Existing files
 # are kept (the xz of the server takes a minute on 2 cores). The last lines print the sizes of big/ and rest/.
@@ -21,7 +22,7 @@ ASSETS=${ASSETS:-$ROOT/.carry_gpu}
 VENV=${VENV:-/work/main/.venv}
 PY=$VENV/bin/python
 LIVEKIT_BIN=${LIVEKIT_BIN:-$ROOT/.tools/livekit-server-1.13.5/livekit-server}
-mkdir -p "$ASSETS/big" "$ASSETS/rest" "$ASSETS/bin" "$ASSETS/dl"
+mkdir -p "$ASSETS/big" "$ASSETS/rest" "$ASSETS/test" "$ASSETS/bin" "$ASSETS/dl"
 
 # what a worker, the token server, fake_openai and the callers import, less what the GPU image already has
 # (torch, numpy, onnxruntime, safetensors, tqdm, setuptools); aiohttp and its parts travel so their versions are
@@ -35,6 +36,7 @@ REST=(PyJWT aiofiles annotated-types anyio certifi charset-normalizer docstring_
   requests sniffio truststore typing-inspection typing_extensions urllib3
   aiohttp aiohappyeyeballs aiosignal attrs frozenlist multidict propcache yarl)
 BIG=(livekit-local-inference av)
+TEST=(pytest pluggy iniconfig packaging pytest-asyncio pytest-timeout hypothesis sortedcontainers)
 
 pinned() { "$PY" -c 'import sys, importlib.metadata as m; print(*(f"{n}=={m.version(n)}" for n in sys.argv[1:]))' "$@"; }
 download() {  # download DIR SPEC...: cp312 (or abi3 / pure) manylinux x86_64 wheels, no dependencies
@@ -47,6 +49,8 @@ download() {  # download DIR SPEC...: cp312 (or abi3 / pure) manylinux x86_64 wh
 
 # shellcheck disable=SC2046
 download "$ASSETS/rest" $(pinned "${REST[@]}")
+# shellcheck disable=SC2046
+download "$ASSETS/test" $(pinned "${TEST[@]}")
 # shellcheck disable=SC2046
 download "$ASSETS/dl" $(pinned "${BIG[@]}")
 mv -f "$ASSETS"/dl/livekit_local_inference-*.whl "$ASSETS/big/" 2>/dev/null || true
@@ -73,4 +77,4 @@ print("\n".join(sorted({c["wav"] for i in d["items"] for c in i.get("clips", [])
 
 cp scripts/gpu_many.sh "$ASSETS/bin/"
 mkdir -p "$ASSETS/bin/lib" && cp scripts/lib/help.sh "$ASSETS/bin/lib/"
-du -sh "$ASSETS/big" "$ASSETS/rest"
+du -sh "$ASSETS/big" "$ASSETS/rest" "$ASSETS/test"

@@ -186,26 +186,31 @@ def test_the_schedules_leave_memory_flat(stage: Stage) -> None:
     garbage collector, not RSS (which stays flat while the allocator reuses what earlier tests freed) nor
     tracemalloc (which counts a bounded cache's turnover as growth). A call that keeps something (the product,
     a stand-in keeping every request, pytest keeping every log record with its traceback) keeps hundreds of
-    objects a schedule."""
+    objects a schedule. The window's plans run twice and the second run is measured: whatever the last schedule of
+    a window leaves until the next call (its session's last objects, some thousands) is then the same at both ends.
+    Measured on the first pass alone, seed 327 grew by 5,142 and 5,794 objects (this box, the device machine) while
+    two more passes of the same plans shrank by 1,185 and 1,498: a window ending on a bigger call than the warm-up,
+    not a leak (agent/tools/results/duplex_properties/long_run_2026-11-29_device.md)."""
     if len(stage.plans) < Stage.KEEP_PLANS:
         pytest.skip(f"needs the property run of this module first ({len(stage.plans)} plans recorded)")
     plans = list(stage.plans)
+    window = plans[20:]
     kept, stage.server.requests = stage.server.requests, deque(maxlen=0)  # the stand-in's own request log
     try:
-        for plan, mode in plans[:20]:  # warm: caches (typing's bounded one, LiveKit's) settle first
+        for plan, mode in plans[:20] + window:  # warm: caches (typing's bounded one, LiveKit's) settle first
             stage.run(plan, mode)
         stage.log.records.clear()  # the last schedule's own log (bounded; a record's traceback holds its call)
         gc.collect()
         before = len(gc.get_objects())
-        for plan, mode in plans[20:]:
+        for plan, mode in window:
             stage.run(plan, mode)
         stage.log.records.clear()
         gc.collect()
         grown = len(gc.get_objects()) - before
     finally:
         stage.server.requests = kept
-    print(f"live objects: {grown:+d} after {len(plans) - 20} schedules")
-    assert grown < 5_000, f"{grown} more live objects after {len(plans) - 20} schedules"
+    print(f"live objects: {grown:+d} after {len(window)} schedules (their second run)")
+    assert grown < 5_000, f"{grown} more live objects after {len(window)} schedules (their second run)"
 
 
 def test_the_harness_can_see_a_violation(stage: Stage, monkeypatch: Any) -> None:
