@@ -133,6 +133,7 @@ class AgentConfig:
     eot_max_delay_s: float = 2.5  # ours: the longest the turn waits for a caller who seems not to be done
     overlap_confirm_s: float = 0.9  # ours: speech over the agent this long cuts it whatever its words
     overlap_duck_db: float = -15.0  # ours: the agent's voice while the caller speaks over it
+    overlap_early_words: bool = True  # ours: transcribe speech over the agent while it goes on; a cue cuts at once
     enable_continuation: bool = True
     tts_engine_url: str = ""  # remote engine (python -m tts_engine serve); empty = embedded
     tts_speaker: str = "serena"
@@ -202,6 +203,7 @@ class AgentConfig:
             eot_max_delay_s=env.float("EOT_MAX_DELAY_S", 2.5, lo=0.1, hi=10.0),
             overlap_confirm_s=env.float("OVERLAP_CONFIRM_S", 0.9, lo=0.1, hi=10.0),
             overlap_duck_db=env.float("OVERLAP_DUCK_DB", -15.0, lo=-60.0, hi=0.0),
+            overlap_early_words=env.bool("OVERLAP_EARLY_WORDS", True),
             enable_continuation=env.bool("ENABLE_CONTINUATION", True),
             tts_engine_url=env.str("TTS_ENGINE_URL", ""),
             tts_speaker=env.str("TTS_SPEAKER", "serena"),

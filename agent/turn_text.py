@@ -4,6 +4,8 @@
   article, preposition, filler or auxiliary; a trailing "...", comma or dash; a phone number or house number
   that is still too short), `FINISHED` when they end a question or exclamation, else `NEUTRAL` (a transcriber
   puts a full stop after a fragment as readily as after a sentence, so "." decides nothing).
+- `barge_in_cue(text)`: the words hold a barge-in cue ("stop", "wait", "no", "actually" ...): what
+  agent/overlap_words.py acts on before the caller's speech over the agent has ended.
 - `overlap_kind(text)`: what the caller said over the agent: `REQUEST` (a barge-in cue such as "stop", "wait",
   "no", "actually", or two words or more that are not all listener tokens), `BACKCHANNEL` (only listener
   tokens: "mm-hmm", "yeah", "right", "okay" ...) or `EMPTY` (nothing, a transcriber's note such as "(coughs)",
@@ -96,11 +98,16 @@ def completeness(text: str) -> Completeness:
     return Completeness.FINISHED if stripped.endswith(("?", "!")) else Completeness.NEUTRAL
 
 
+def barge_in_cue(text: str) -> bool:
+    """The words hold a barge-in cue (a transcriber's notes such as "(coughs)" do not count)."""
+    return any(w in _BARGE_IN_CUES for w in _words(_ANNOTATION.sub(" ", text)))
+
+
 def overlap_kind(text: str) -> OverlapKind:
     """What the caller's words over the agent's speech were."""
-    words = _words(_ANNOTATION.sub(" ", text))
-    if any(w in _BARGE_IN_CUES for w in words):
+    if barge_in_cue(text):
         return OverlapKind.REQUEST
+    words = _words(_ANNOTATION.sub(" ", text))
     if " ".join(words) in _BACKCHANNEL_PHRASES or (words and len(words) <= 3 and all(w in _BACKCHANNEL for w in words)):
         return OverlapKind.BACKCHANNEL
     # nothing, or one stray word: what a transcriber makes of a cough or a door ("you", "them")

@@ -5,8 +5,9 @@
   engine, the turn handling of `TURN_HANDLING` (`turn_handling()`), and `VoiceAgent`, whose node overrides put
   the trace points and the cancel registry in the data path:
   - `stt_node` wraps the default (VAD + EarlyTranscriber): START/END_OF_SPEECH and the final transcript reach the
-    controller (and the end-of-turn detector, which also hears the caller's audio); a transcript the controller
-    judges a backchannel or a noise over the agent's answer is dropped here, so the framework never answers it;
+    controller (and the end-of-turn detector and OverlapWords, which also hear the caller's audio); a transcript
+    the controller judges a backchannel or a noise over the agent's answer is dropped here, so the framework never
+    answers it;
   - `on_user_turn_completed` marks the turn's commit (the agent's turn decision);
   - `llm_node` marks the answer's LLM points, registers its stream for the cascade, resumes a capped answer
     (agent/llm.py) and turns an LLM failure into a short spoken apology;
@@ -46,13 +47,14 @@ from livekit.agents.voice.agent_session import SessionConnectOptions
 from agent import livekit_internals
 from agent.config import AgentConfig
 from agent.cut_notice import CutNotice
-from agent.duplex import DuplexController
+from agent.duplex import DuplexController, State
 from agent.early_stt import EarlyTranscriber
 from agent.end_of_turn import EndOfTurn
 from agent.engine_client import TTSBackend
 from agent.llm import build_llm, history_for_request, llm_client, stream_with_continuation
 from agent.local.whisper_stt import WhisperSTT
 from agent.output import FrameRecord, RtcAudioOutput
+from agent.overlap_words import OverlapWords
 from agent.process_tuning import release_free_memory
 from agent.reply import Reply
 from agent.stt import ObservedSTT, OmniSTT, STTObserver
@@ -90,8 +92,9 @@ def turn_handling(cfg: AgentConfig, detector: EndOfTurn | None) -> dict[str, Any
       interruption after 0.5 s of speech that pauses and resumes when no words follow, preemptive generation.
     - `ours`: `detector` (voice + words) chooses the wait: `MIN_ENDPOINTING`, `EOT_MEDIUM_DELAY_S` or
       `EOT_MAX_DELAY_S`; the answer is prepared on the transcript, LLM and TTS, and heard only once the turn is
-      committed; speech over the agent ducks it and is judged (agent/duplex.py); speech longer than
-      `OVERLAP_CONFIRM_S` cuts it whatever its words."""
+      committed; speech over the agent ducks it and is judged (agent/duplex.py), a barge-in cue in its words cuts
+      it while it goes on (agent/overlap_words.py, `OVERLAP_EARLY_WORDS`); speech longer than `OVERLAP_CONFIRM_S`
+      cuts it whatever its words."""
     if cfg.turn_handling == "livekit":
         return {"turn_detection": TurnDetector(version="v1-mini"), "interruption": {"mode": "vad"}}
     if cfg.turn_handling == "ours":
@@ -129,13 +132,15 @@ class VoiceAgent(Agent):
     async def stt_node(
         self, audio: AsyncIterable[rtc.AudioFrame], model_settings: ModelSettings
     ) -> AsyncIterator[stt.SpeechEvent | str]:
-        controller, detector = self.call.controller, self.call.end_of_turn
+        controller, detector, words = self.call.controller, self.call.end_of_turn, self.call.overlap_words
         heard = audio
-        if detector is not None:
+        taps = [tap.feed for tap in (detector, words) if tap is not None]
+        if taps:
 
             async def heard_too() -> AsyncIterator[rtc.AudioFrame]:
                 async for frame in audio:
-                    detector.feed(frame)
+                    for feed in taps:
+                        feed(frame)
                     yield frame
 
             heard = heard_too()
@@ -145,9 +150,13 @@ class VoiceAgent(Agent):
                     controller.on_user_speech_started(_event_time(ev))
                     if detector is not None:
                         detector.on_speech_started()
+                    if words is not None:
+                        words.on_speech_started(overlapped=controller.state is State.OVERLAPPED)
                 elif ev.type == stt.SpeechEventType.END_OF_SPEECH:
                     if detector is not None:
                         detector.on_speech_ended()
+                    if words is not None:
+                        words.on_speech_ended()
                     controller.on_user_speech_ended(_event_time(ev))
                 elif ev.type == stt.SpeechEventType.FINAL_TRANSCRIPT:
                     text = ev.alternatives[0].text if ev.alternatives else ""
@@ -339,6 +348,17 @@ class Call:
             ),
         )
         self.apology = Apology(self.session, cfg.apology_text)
+        # ours: speech over the answer is transcribed while it goes on; a barge-in cue cuts at once
+        stt_options = APIConnectOptions(timeout=cfg.stt_timeout_s, max_retry=0)
+        self.overlap_words = (
+            OverlapWords(
+                transcribe=lambda buffer: self.stt.attempt(buffer, conn_options=stt_options),
+                interrupt=self._interrupt_for_words,
+                still_overlapped=lambda: self.controller.state is State.OVERLAPPED,
+            )
+            if ours and cfg.overlap_early_words
+            else None
+        )
         self.session.on("speech_created", self._on_speech_created)
         self.session.on("user_state_changed", self.apology.on_user_state)
 
@@ -360,6 +380,16 @@ class Call:
         fut = livekit_internals.interrupt_future(handle)
         if fut is not None:
             fut.add_done_callback(lambda _f, key=handle.id: controller.on_speech_interrupted(key))
+
+    def _interrupt_for_words(self) -> None:
+        """A barge-in cue in the caller's words over the answer: the framework interrupts it, and the controller
+        cuts it as any interruption of an overlapped answer (agent/duplex.py)."""
+        try:
+            done = self.session.interrupt()
+        except RuntimeError as exc:  # not running, or a speech that may not be interrupted
+            logger.warning("cannot interrupt for the caller's words: %s", exc)
+            return
+        done.add_done_callback(lambda f: None if f.cancelled() else f.exception())
 
     def _stt_failed(self, exc: Exception) -> None:
         self.controller.on_stt_failed(f"stt: {type(exc).__name__}: {exc}")
@@ -403,6 +433,8 @@ class Call:
                 await self.cut_notice.aclose()
             if self.end_of_turn is not None:
                 await self.end_of_turn.aclose()
+            if self.overlap_words is not None:
+                await self.overlap_words.aclose()
             await self.stt.aclose()
             await self.llm_client.close()
             release_free_memory()  # this call's buffers are garbage now; give their pages back

@@ -213,6 +213,9 @@ def fast_config(base_url: str, **overrides: Any) -> AgentConfig:
         min_endpointing=0.0, interrupt_min_speech_s=0.04, stt_timeout_s=2.0, llm_timeout_s=2.0,
         api_max_retry=0, enable_continuation=False, traces_dir="", eot_max_delay_s=0.05, eot_medium_delay_s=0.03,
         overlap_confirm_s=0.04,
+        # off: its extra STT requests would take the schedule's scripted STT outcomes; the cut it makes is the
+        # public AgentSession.interrupt(), which the schedules' API cuts already drive
+        overlap_early_words=False,
     )
     values.update(overrides)
     return dataclasses.replace(base, **values)

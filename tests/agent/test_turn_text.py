@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.turn_text import Completeness, OverlapKind, completeness, overlap_kind
+from agent.turn_text import Completeness, OverlapKind, barge_in_cue, completeness, overlap_kind
 
 
 @pytest.mark.parametrize(
@@ -51,3 +51,16 @@ def test_completeness(text: str, expected: Completeness) -> None:
 )
 def test_overlap_kind(text: str, expected: OverlapKind) -> None:
     assert overlap_kind(text) is expected
+
+
+@pytest.mark.parametrize(
+    ("text", "cue"),
+    [
+        ("Stop.", True), ("Wait", True), ("Actually,", True), ("Sorry, I meant", True), ("No, stop.", True),
+        ("Hold on", True), ("Mm-hmm.", False), ("Yeah.", False), ("I see.", False), ("(coughs)", False),
+        ("[Music]", False), ("", False), ("Thank you.", False), ("Okay", False),
+    ],
+)  # fmt: skip
+def test_barge_in_cue(text: str, cue: bool) -> None:
+    """What agent/overlap_words.py cuts on before the speech over the agent has ended: a cue, never a listener token."""
+    assert barge_in_cue(text) is cue
