@@ -32,6 +32,13 @@ from agent.tools.convbench.timeline import Timeline
 TURN_HANDLING = ("vad", "livekit", "ours")
 
 
+def _key_value(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.isidentifier():
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE")
+    return name, value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m agent.tools.convbench", description=__doc__.splitlines()[0])
     source = parser.add_mutually_exclusive_group(required=True)
@@ -44,6 +51,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--turn-handling", choices=TURN_HANDLING,
                         help="the worker's TURN_HANDLING (default: the worker's own default)")
     parser.add_argument("--limit", type=int, help="play only the first N scripts")
+    parser.add_argument("--worker-env", type=_key_value, action="append", default=[], metavar="NAME=VALUE",
+                        help="a setting for the worker (repeatable; kept in the report's config), e.g. "
+                        "OVERLAP_EARLY_WORDS=0")  # fmt: skip
     defaults = Thresholds()
     parser.add_argument("--silence-db", type=float, default=defaults.silence_db, help="agent audio below is silent")
     parser.add_argument("--stop-min-ms", type=float, default=defaults.stop_min_ms, help="silence this long = stopped")
@@ -100,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         env = dict(STACK_ENV)
         if args.turn_handling:
             env["TURN_HANDLING"] = args.turn_handling
+        env.update(args.worker_env)
         began = time.monotonic()
         shutil.rmtree(args.out / "stack", ignore_errors=True)  # the last run's logs and traces
         stack = LocalStack(args.out / "stack", **env)

@@ -1,0 +1,23 @@
+"""`python -m agent.tools.convbench`'s command line: what it refuses before any call starts."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.tools.convbench.__main__ import _parser
+
+
+def test_worker_env_is_name_value_pairs() -> None:
+    args = _parser().parse_args(
+        ["--corpus", "c", "--out", "o", "--worker-env", "OVERLAP_EARLY_WORDS=0", "--worker-env", "EOT_THRESHOLD=0.5"]
+    )
+    assert args.worker_env == [("OVERLAP_EARLY_WORDS", "0"), ("EOT_THRESHOLD", "0.5")]
+    assert _parser().parse_args(["--corpus", "c", "--out", "o"]).worker_env == []
+
+
+@pytest.mark.parametrize("bad", ["OVERLAP_EARLY_WORDS", "=0", "NOT A NAME=1"])
+def test_a_malformed_worker_env_is_refused(bad: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        _parser().parse_args(["--corpus", "c", "--out", "o", "--worker-env", bad])
+    assert exc.value.code == 2
+    assert "is not NAME=VALUE" in capsys.readouterr().err
