@@ -13,7 +13,9 @@ first token, the first TextBridge segment reaching the TTS, the engine's first p
 The call is the production `agent.voice.Call` as in the random mode (espeak-ng speech, Silero VAD, the
 fake vLLM over HTTP, the real engine). Per round: did the speech get interrupted, how long until the
 controller and LiveKit both listened again with no reply open (more than --turn-timeout-s = stuck),
-frames of the cut reply captured after the cut (stale), and whether the turn's trace says "interrupted".
+frames of the cut reply captured after the cut (stale), and whether the turn's trace tells the truth: "interrupted",
+or "answered" when the cut only threw away the answer prepared before the commit (`ours`: the trace's `discarded`,
+no interruption; the framework then answers the turn with a new speech).
 Writes DIR/instants.json (summary, `targets`, `pass`) and DIR/instants.jsonl (one record per round).
 """
 
@@ -66,7 +68,14 @@ class Round:
     stale_frames: int = 0  # frames of the cut reply captured after the cut
     frames_before_cut: int = 0
     outcome: str | None = None
+    early_answer: bool = False  # the cut hit the answer prepared before the commit: thrown away, not an interruption
     errors: list[str] = field(default_factory=list)
+
+    @property
+    def truthful(self) -> bool:
+        """The turn's trace tells what the caller got: `interrupted`, or, when the cut only threw away the early
+        answer (TURN_HANDLING=ours prepares one before the commit), `answered` by the speech made after it."""
+        return self.outcome == "interrupted" or (self.early_answer and self.outcome == "answered")
 
 
 async def _until(cond: Any, timeout: float) -> bool:
@@ -179,6 +188,7 @@ async def run_instants(rounds: int, cfg: Any, backend: Any, vad: Any, *, speech_
         trace = by_index.get(rec.index)
         if trace is not None:
             rec.outcome = trace["outcome"]
+            rec.early_answer = bool(trace.get("discarded")) and not trace.get("interruptions")
             rec.errors = list(trace["errors"])
     await asyncio.sleep(0.3)
     current = asyncio.current_task()
@@ -190,7 +200,7 @@ async def run_instants(rounds: int, cfg: Any, backend: Any, vad: Any, *, speech_
 
 def summarize(records: list[Round], extra: dict[str, Any], engine_streams: int, wall_s: float) -> dict[str, Any]:
     cut = [r for r in records if r.interrupted]
-    lies = [r.index for r in cut if r.outcome != "interrupted"]
+    lies = [r.index for r in cut if not r.truthful]
     settle = [r.settle_ms for r in records if r.settle_ms is not None]
     coverage: dict[str, dict[str, int]] = {}
     for r in records:
@@ -208,6 +218,7 @@ def summarize(records: list[Round], extra: dict[str, Any], engine_streams: int, 
         "stuck_states": sum(r.stuck is not None for r in records),
         "stale_frames_after_cancel": sum(r.stale_frames for r in records),
         "untruthful_outcomes": len(lies),
+        "early_answers_cut": sum(r.early_answer for r in cut),  # thrown away before the commit, the turn answered
         "turn_errors": sum(len(r.errors) for r in records) + len(extra["errors"]),
         "leaked_tasks": extra["leaked_tasks"],
         "illegal_transitions": extra["illegal_transitions"],
