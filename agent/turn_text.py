@@ -98,16 +98,25 @@ def completeness(text: str) -> Completeness:
     return Completeness.FINISHED if stripped.endswith(("?", "!")) else Completeness.NEUTRAL
 
 
+def _spoken(text: str) -> list[str]:
+    """The words of a transcript, a transcriber's notes such as "(coughs)" left out."""
+    return _words(_ANNOTATION.sub(" ", text))
+
+
+def _has_cue(words: list[str]) -> bool:
+    return any(w in _BARGE_IN_CUES for w in words)
+
+
 def barge_in_cue(text: str) -> bool:
-    """The words hold a barge-in cue (a transcriber's notes such as "(coughs)" do not count)."""
-    return any(w in _BARGE_IN_CUES for w in _words(_ANNOTATION.sub(" ", text)))
+    """The words hold a barge-in cue."""
+    return _has_cue(_spoken(text))
 
 
 def overlap_kind(text: str) -> OverlapKind:
     """What the caller's words over the agent's speech were."""
-    if barge_in_cue(text):
+    words = _spoken(text)
+    if _has_cue(words):
         return OverlapKind.REQUEST
-    words = _words(_ANNOTATION.sub(" ", text))
     if " ".join(words) in _BACKCHANNEL_PHRASES or (words and len(words) <= 3 and all(w in _BACKCHANNEL for w in words)):
         return OverlapKind.BACKCHANNEL
     # nothing, or one stray word: what a transcriber makes of a cough or a door ("you", "them")
