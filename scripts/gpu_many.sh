@@ -47,12 +47,7 @@ OUT=$(cd "$OUT" && pwd)
 WORK=$(cd "$WORK" && pwd)
 say() { printf '[gpu_many] %s %s\n' "$(date -u +%T)" "$*"; }
 
-unpack_wheels() {  # unpack_wheels DIR: every wheel and *.tar.xz (an unpacked wheel) in DIR into SITE
-  local f
-  for f in "$1"/*.whl; do [ -e "$f" ] && "$PY" -m zipfile -e "$f" "$SITE" || return 1; done
-  for f in "$1"/*.tar.xz; do [ -e "$f" ] && { tar -C "$SITE" -xJf "$f" || return 1; }; done
-  return 0
-}
+. "$ROOT/scripts/lib/wheels.sh"  # unpack_wheels DIR SITE PY
 
 machine() {
   {
@@ -73,7 +68,7 @@ case "$part" in
   prep)
     machine
     if [ "${SKIP_INSTALL:-0}" != 1 ]; then
-      unpack_wheels "$ASSETS/big" || { say "unpacking $ASSETS/big failed"; exit 1; }
+      unpack_wheels "$ASSETS/big" "$SITE" "$PY" || { say "unpacking $ASSETS/big failed"; exit 1; }
       "$PY" -c 'import av, livekit.local_inference; print("av", av.__version__, "local_inference ok")' || exit 1
     fi
     t=$(date +%s)
@@ -95,7 +90,7 @@ print(f"warm-up: engine loaded in {time.monotonic() - t:.1f} s, capacity {e.capa
     if [ "${SKIP_INSTALL:-0}" != 1 ]; then
       [ -d "$SITE/livekit/local_inference" ] || { say "no $SITE/livekit/local_inference: run prep on this machine first"; exit 3; }
       export TOOLS_DIR=${TOOLS_DIR:-/tmp/tools}
-      unpack_wheels "$ASSETS/rest" || { say "unpacking $ASSETS/rest failed"; exit 1; }
+      unpack_wheels "$ASSETS/rest" "$SITE" "$PY" || { say "unpacking $ASSETS/rest failed"; exit 1; }
       mkdir -p "$TOOLS_DIR/livekit-server-1.13.5"
       xz -dc "$ASSETS/rest/livekit-server.xz" >"$TOOLS_DIR/livekit-server-1.13.5/livekit-server" || exit 1
       chmod +x "$TOOLS_DIR/livekit-server-1.13.5/livekit-server"

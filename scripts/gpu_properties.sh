@@ -27,24 +27,19 @@ PY=${PYTHON:-python}
 mkdir -p "$OUT" "$SITE"
 OUT=$(cd "$OUT" && pwd)
 say() { printf '[gpu_properties] %s %s\n' "$(date -u +%T)" "$*"; }
-unpack() {  # unpack DIR: every wheel and *.tar.xz (an unpacked wheel) in DIR into SITE
-  local f
-  for f in "$1"/*.whl; do [ -e "$f" ] && { "$PY" -m zipfile -e "$f" "$SITE" || return 1; }; done
-  for f in "$1"/*.tar.xz; do [ -e "$f" ] && { tar -C "$SITE" -xJf "$f" || return 1; }; done
-  return 0
-}
+. "$here/lib/wheels.sh"  # unpack_wheels DIR SITE PY
 if [ "${SKIP_INSTALL:-0}" != 1 ]; then export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}; fi
 
 case "$part" in
   prep)
-    [ "${SKIP_INSTALL:-0}" = 1 ] || unpack "$ASSETS/big" || { say "unpacking $ASSETS/big failed"; exit 1; }
+    [ "${SKIP_INSTALL:-0}" = 1 ] || unpack_wheels "$ASSETS/big" "$SITE" "$PY" || { say "unpacking $ASSETS/big failed"; exit 1; }
     "$PY" -c 'import av, livekit.local_inference; print("av", av.__version__, "local_inference ok")' || exit 1
     ;;
   run)
     began=$(date +%s)
     if [ "${SKIP_INSTALL:-0}" != 1 ]; then
       [ -d "$SITE/livekit/local_inference" ] || { say "no $SITE/livekit/local_inference: run prep on this machine first"; exit 3; }
-      unpack "$ASSETS/rest" && unpack "$ASSETS/test" || { say "unpacking failed"; exit 1; }
+      unpack_wheels "$ASSETS/rest" "$SITE" "$PY" && unpack_wheels "$ASSETS/test" "$SITE" "$PY" || { say "unpacking failed"; exit 1; }
     fi
     "$PY" -c 'import livekit.agents, hypothesis, pytest, agent.voice; print("imports ok: hypothesis", hypothesis.__version__)' \
       || exit 1
