@@ -4,8 +4,8 @@ overlaps and interruptions; one JSON line per user turn.
 Contract (schema in traces/README.md, `schema: 2`):
 - All points are `time.perf_counter()` seconds on this host (the engine's `Packet.t_ready` uses the same clock),
   stored relative to the turn's t0 = its last `vad_speech_end`. A user turn may hold pauses (the user spoke
-  again before the turn was committed): `resume()` records each and clears the utterance's STT points, and the
-  next end of speech moves t0 (`end_of_speech`).
+  again before the turn was committed): `resume()` records each, with the judgement it was held in, and clears
+  the utterance's STT points; the next end of speech moves t0 (`end_of_speech`).
 - The first mark of a point wins (a retried STT request does not move `stt_request`); `Reply.points` (agent/reply.py)
   carries an answer's own LLM/TTS points until it is the turn's answer (`adopt`).
 - `complete()` is the truth check of a record: every point present, the nine in order (but `stt_request`, sent at
@@ -103,6 +103,7 @@ class Pause:
     ended: float  # perf_counter of the end of speech before the pause
     resumed: float  # perf_counter of the next start of speech
     stt_points: dict[str, float] = field(default_factory=dict)  # the STT points of the words before the pause
+    decision: dict[str, Any] = field(default_factory=dict)  # how the pause was judged before it ended, if it was
 
 
 @dataclass
@@ -166,9 +167,11 @@ class TurnTrace:
 
     def resume(self, t: float) -> None:
         """The user spoke again before the turn was committed: a pause inside the turn. The next utterance's STT
-        points replace this one's."""
+        points replace this one's, and the pause keeps the judgement of its end (the wait it was held in; none when
+        the user went on before the transcript was in): `turn_decision` is left for the turn's last end."""
         stt = {p: self.points.pop(p) for p in ("stt_request", "stt_done") if p in self.points}
-        self.pauses.append(Pause(ended=self.points["vad_speech_end"], resumed=t, stt_points=stt))
+        decision, self.turn_decision = self.turn_decision, {}
+        self.pauses.append(Pause(ended=self.points["vad_speech_end"], resumed=t, stt_points=stt, decision=decision))
 
     def words_committed(self, text: str, stt_request: float | None, stt_done: float | None) -> None:
         """The framework committed this turn with `text`, transcribed by these STT points: they replace words (and
@@ -253,7 +256,11 @@ class TurnTrace:
             "playout_gaps": self.playout_gaps,
             "playout_gap_ms": round(self.playout_gap_ms, 1),
             "interruptions": interruptions,
-            "pauses": [{"at": rel(p.ended), "ms": round((p.resumed - p.ended) * 1000.0, 1)} for p in self.pauses],
+            "pauses": [
+                {"at": rel(p.ended), "ms": round((p.resumed - p.ended) * 1000.0, 1)}
+                | ({"decision": dict(p.decision)} if p.decision else {})
+                for p in self.pauses
+            ],
             "discarded": [{"at": rel(d.started), "reason": d.reason} for d in self.discarded],
             "overlaps": [
                 {

@@ -279,6 +279,8 @@ def test_a_pause_inside_the_turn_is_held_and_the_early_answer_thrown_away_unhear
     early.register(controller)
     reply = controller.begin_reply("early")
     reply.mark("llm_request", 1.9)
+    held = {"words": "neutral", "p_voice": 0.2, "threshold": 0.36, "wait": "medium"}
+    controller.on_turn_decision(dict(held))  # agent/end_of_turn.py judged the pause: the medium wait
     assert controller.state is State.HOLDING  # not committed: nothing may be heard
     controller.on_user_speech_started(2.2)  # the caller goes on after a 700 ms pause
     assert dropped == [1] and reply.closed and not controller.frame_allowed("early")
@@ -289,7 +291,8 @@ def test_a_pause_inside_the_turn_is_held_and_the_early_answer_thrown_away_unhear
     controller.on_playout_finished(handle.key, interrupted=False)
     (record,) = controller.collector.records
     assert record["outcome"] == "answered" and record["interruptions"] == []
-    assert record["pauses"] == [{"at": pytest.approx(-2.5), "ms": pytest.approx(700.0)}]
+    assert record["pauses"] == [{"at": pytest.approx(-2.5), "ms": pytest.approx(700.0), "decision": held}]
+    assert record["turn_decision"] == {}  # the turn's last end was not judged here (no detector in this test)
     assert record["discarded"] == [{"at": pytest.approx(-2.1), "reason": "user went on"}]
     assert record["points"]["vad_speech_start"] == pytest.approx(-4.0)  # the whole turn, both halves
     assert record["points"]["llm_request"] == pytest.approx(0.41)  # the answer heard, not the one thrown away

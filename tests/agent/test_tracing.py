@@ -156,6 +156,26 @@ def test_a_pause_inside_the_turn_moves_t0_and_clears_the_utterance_stt_points() 
     assert rec["wall_t0"] == 1_000.0
 
 
+def test_a_held_pause_keeps_its_own_judgement_and_the_turn_the_last_one() -> None:
+    """The wait a pause was held in stays with that pause; `turn_decision` is the judgement of the turn's last end
+    (none when the caller went on before a pause was judged)."""
+    collector = TraceCollector("s", traces_dir=None)
+    collector.speech_started(9.0)
+    turn = collector.open_turn(10.0)
+    held = {"words": "neutral", "p_voice": 0.12, "threshold": 0.36, "wait": "medium"}
+    turn.turn_decision = dict(held)
+    turn.resume(11.2)
+    turn.end_of_speech(12.0, 1_000.0)
+    turn.resume(12.3)  # went on before this end was judged
+    turn.end_of_speech(13.0, 1_001.0)
+    last = {"words": "finished", "p_voice": 0.5, "threshold": 0.36, "wait": "short"}
+    turn.turn_decision = dict(last)
+    rec = turn.to_record()
+    assert [p.get("decision") for p in rec["pauses"]] == [held, None]
+    assert rec["turn_decision"] == last
+    assert json.loads(json.dumps(rec))["pauses"][0]["decision"]["wait"] == "medium"
+
+
 def test_a_sink_that_raises_does_not_end_the_call() -> None:
     seen: list[str] = []
     collector = TraceCollector("s", traces_dir=None, on_record=lambda r: seen.append(r["turn_id"]))

@@ -85,6 +85,33 @@ def test_a_pause_is_cut_by_a_commit_inside_it_and_not_by_one_after_the_resume() 
     assert r["summary"]["true_ends"]["decision_ms_uncut"]["n"] == 0
 
 
+def test_each_pause_and_end_says_which_wait_judged_it() -> None:
+    """`wait` comes from the worker's judgements: a cut pause and a true end from the committed turn's
+    `turn_decision`, a held pause from its own `pauses[].decision`, none where the caller went on before one."""
+    # t1: clips 0.5-2.0, 3.0-4.0 (a 1000 ms pause held in the medium wait), 4.3-5.0 (a 300 ms one; the true end)
+    call = Call().turn("t1", [(0.5, 2.0), (3.0, 4.0), (4.3, 5.0)], [1000, 300])
+    t1 = {"wall_t0": T0 + 5.3, "points": {"vad_speech_end": 0.0, "stt_done": 0.3, "turn_committed": 0.5},
+          "interruptions": [], "outcome": "answered", "turn_decision": {"words": "finished", "wait": "short"},
+          "pauses": [{"at": 2.2 - 5.3, "ms": 1000.0, "decision": {"words": "neutral", "wait": "medium"}},
+                     {"at": 4.2 - 5.3, "ms": 300.0}]}  # the second: the caller went on before it was judged
+    # t2: 10.0-11.0, cut 0.4 s into a 700 ms pause by a short wait, 11.7-12.5 (true end, judged long)
+    call.turn("t2", [(10.0, 11.0), (11.7, 12.5)], [700])
+    cut = {"wall_t0": T0 + 11.1, "points": {"vad_speech_end": 0.0, "stt_done": 0.2, "turn_committed": 0.3},
+           "interruptions": [], "outcome": "unanswered", "turn_decision": {"words": "neutral", "wait": "short"}}
+    end = {"wall_t0": T0 + 12.8, "points": {"vad_speech_end": 0.0, "stt_done": 0.3, "turn_committed": 2.4},
+           "interruptions": [], "outcome": "answered", "turn_decision": {"words": "unfinished", "wait": "long"}}
+    call.tl.traces += [t1, cut, end]
+    r = call.scored()
+    assert [(p["item"], p["cut"], p["wait"]) for p in r["pause_rows"]] == [
+        ("t1", False, "medium"), ("t1", False, None), ("t2", True, "short")]
+    assert [(e["item"], e["wait"]) for e in r["end_rows"]] == [("t1", "short"), ("t2", "long")]
+    by_wait = r["summary"]["pauses"]["by_wait"]
+    assert by_wait["medium"]["n"] == by_wait["none"]["n"] == 1
+    assert by_wait["short"] == {"n": 1, "cut": 1, "rate": 1.0}
+    ends = r["summary"]["true_ends"]["by_wait"]
+    assert ends["long"]["n"] == 1 and ends["short"]["n"] == 1 and ends["long"]["decision_ms"]["n"] == 0
+
+
 def test_a_vad_end_without_words_is_no_commit() -> None:
     call = Call().turn("t1", [(0.5, 2.0), (3.0, 4.0)], [1000]).trace(2.3, outcome="no_transcript")
     assert not call.scored()["pause_rows"][0]["cut"]

@@ -39,6 +39,23 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f} %"
 
 
+def _wait_table(pauses: dict[str, Any], ends: dict[str, Any]) -> list[str]:
+    """Pauses and true ends by the wait the worker's judgement chose (none for a report from before `by_wait`, or a
+    worker that traces no judgement)."""
+    p, e = pauses.get("by_wait", {}), ends.get("by_wait", {})
+    if not (set(p) | set(e)) - {"none"}:
+        return []
+    known = [w for w in ("short", "medium", "long", "none") if w in p or w in e]
+    lines = ["", "| wait the worker chose (its traces; none: not judged) | pauses | of which cut | true ends | "
+             "their end -> `thinking` P50 / P95 ms |", "|---|---|---|---|---|"]  # fmt: skip
+    for w in known + sorted((set(p) | set(e)) - set(known)):
+        d = e.get(w, {}).get("decision_ms") or {}
+        delay = f"{d['p50']} / {d['p95']}" if d.get("n") else "-"
+        lines.append(f"| {w} | {p.get(w, {}).get('n', 0)} | {p.get(w, {}).get('cut', 0)} | {e.get(w, {}).get('n', 0)} "
+                     f"| {delay} |")  # fmt: skip
+    return lines
+
+
 def markdown(report: dict[str, Any]) -> str:
     s, v = report["summary"], report["verdict"]
     p, e, f, b = s["pauses"], s["true_ends"], s["false_interruptions"], s["barge_ins"]
@@ -81,6 +98,7 @@ def markdown(report: dict[str, Any]) -> str:
         *[f"| {k} | {g['n']} | {g['cut']} | {_pct(g['rate'])} |" for k, g in p["by_kind"].items()],
         "", "| pauses by length (ms) | n | cut | rate |", "|---|---|---|---|",
         *[f"| {k} | {g['n']} | {g['cut']} | {_pct(g['rate'])} |" for k, g in p["by_length_ms"].items()],
+        *_wait_table(p, e),
         "", "| after a ... | played | stopped | of which the reply was untraced | ducked | resumed (gap P50 ms) | "
         "answered as a turn | reply ended |", "|---|---|---|---|---|---|---|---|",
     ]  # fmt: skip

@@ -34,11 +34,15 @@ Rows and rules:
   after a cut untraced), a stop counts.
   False interruption = a backchannel or noise after which the agent stopped (cut or paused). Barge-in: onset ->
   silence (`silence_ms`), onset -> the first >= `duck_db` drop (`duck_ms`), a miss when it never went silent.
+- Pause and true-end rows also say which wait the worker's judgement chose (`wait`: short | medium | long, from the
+  traces' `turn_decision` at a commit and `pauses[].decision` for a pause held; None when nothing was judged or the
+  worker traces no judgement), totalled as `by_wait`.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -101,6 +105,12 @@ class Signals:
             if "wall_t0" in tr
             for irq in tr.get("interruptions", [])
         ]  # fmt: skip
+        # the wait each judgement chose (TURN_HANDLING=ours): a turn's last end at its commit, a held pause at the end
+        # of speech before it (traces/README.md `turn_decision`, `pauses[].decision`)
+        self.commit_waits = [(tr["wall_t0"] + tr["points"]["turn_committed"], tr["turn_decision"].get("wait"))
+                             for tr in traces if "turn_committed" in tr["points"] and tr.get("turn_decision")]
+        self.pause_waits = [(tr["wall_t0"] + p["at"], p["decision"].get("wait"))
+                            for tr in traces for p in tr.get("pauses", []) if p.get("decision")]  # fmt: skip
         self.states = tl.states
         self.published = [tr["wall_t0"] + tr["points"]["first_frame_published"] for tr in traces
                           if "first_frame_published" in tr["points"]]  # fmt: skip
@@ -110,6 +120,15 @@ class Signals:
                                                    strict=True)
                  if (t := _first(times, lo, hi)) is not None]  # fmt: skip
         return (min(found)[1], min(found)[0]) if found else None
+
+    def wait_committed(self, lo: float, hi: float) -> str | None:
+        """The wait of the first traced commit in [lo, hi), if it was judged."""
+        return next((w for t, w in sorted(self.commit_waits) if lo <= t < hi), None)
+
+    def wait_held(self, lo: float, hi: float) -> str | None:
+        """The wait a pause whose speech ended in [lo, hi) was held in; None when the caller went on before it was
+        judged."""
+        return next((w for t, w in sorted(self.pause_waits) if lo <= t < hi), None)
 
     def reply_traced(self, heard: float | None) -> bool:
         """Whether a trace holds the reply first heard at `heard` (its first frame published shortly before)."""
@@ -160,11 +179,13 @@ def pause_rows(tl: Timeline, sig: Signals) -> list[dict[str, Any]]:
             start, resume = plays[i - 1].last_voiced, plays[i].first_voiced
             hit = sig.earliest_commit(start, resume + RESUME_SLACK_S)
             commit = _first(sig.commits, start, resume + RESUME_SLACK_S)
+            wait = (sig.wait_committed(commit, commit + 1e-6) if commit is not None
+                    else sig.wait_held(start, resume + RESUME_SLACK_S))  # fmt: skip
             rows.append({
                 "script": tl.script, "item": rec.item_id, "pause": i, "kind": pause["kind"], "ms": pause["ms"],
                 "measured_ms": _ms(start, resume), "cut": hit is not None,
                 "signal": hit[0] if hit else None, "signal_ms": _ms(start, hit[1]) if hit else None,
-                "before_resume": bool(hit and hit[1] < resume), "commit_ms": _ms(start, commit),
+                "before_resume": bool(hit and hit[1] < resume), "commit_ms": _ms(start, commit), "wait": wait,
                 "agent_busy_at_start": rec.agent_busy_at_start,
             })  # fmt: skip
     return rows
@@ -186,7 +207,7 @@ def end_rows(tl: Timeline, sig: Signals, pauses: list[dict[str, Any]]) -> list[d
         rows.append({
             "script": tl.script, "item": rec.item_id, "speech_ms": _ms(begin, end),
             "decision_ms": _ms(end, _first(sig.thinking, end, hi)),
-            "commit_ms": _ms(end, _first(sig.commits, end, hi)),
+            "commit_ms": _ms(end, _first(sig.commits, end, hi)), "wait": sig.wait_committed(end, hi),
             "audio_ms": _ms(end, _first(sig.onsets, end, hi)),
             "cut_inside": any(p["cut"] for p in pauses if p["item"] == rec.item_id and p["script"] == tl.script),
             "expect_words": rec.expect_words, "words_found": found, "heard": heard,
@@ -233,6 +254,13 @@ def _summary(values: list[float | None]) -> dict[str, Any]:
     return {"n": len(vals), **percentiles(vals, (50, 95), 1)}
 
 
+def _by(rows: list[dict[str, Any]], key: Callable[[dict[str, Any]], str]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        out.setdefault(key(row), []).append(row)
+    return dict(sorted(out.items()))
+
+
 def _rate(hits: int, n: int) -> float | None:
     return round(hits / n, 4) if n else None
 
@@ -269,12 +297,15 @@ def summarize(pauses: list[dict], ends: list[dict], cued: list[dict]) -> dict[st
                    "cut_before_resume": sum(r["before_resume"] for r in pauses),
                    "false_cutoff_before_resume_rate": _rate(sum(r["before_resume"] for r in pauses), len(pauses)),
                    "by_kind": group(pauses, lambda r: r["kind"]),
-                   "by_length_ms": group(pauses, lambda r: _bucket(r["ms"]))},
+                   "by_length_ms": group(pauses, lambda r: _bucket(r["ms"])),
+                   "by_wait": group(pauses, lambda r: r.get("wait") or "none")},
         "true_ends": {"n": len(ends), "decision_ms": _summary([r["decision_ms"] for r in ends]),
                       "decision_ms_uncut": _summary([r["decision_ms"] for r in ends if not r["cut_inside"]]),
                       "commit_ms": _summary([r["commit_ms"] for r in ends]),
                       "audio_ms": _summary([r["audio_ms"] for r in ends]),
                       "no_decision": sum(r["decision_ms"] is None for r in ends),
+                      "by_wait": {w: {"n": len(rs), "decision_ms": _summary([r["decision_ms"] for r in rs])}
+                                  for w, rs in _by(ends, lambda r: r.get("wait") or "none").items()},
                       "words_expected": expected, "words_found": sum(len(r["words_found"]) for r in ends)},
         "false_interruptions": {
             "n": len(soft), "stopped": sum(r["stopped"] for r in soft),
