@@ -323,6 +323,13 @@ class DuplexController:
             self._uncommitted.append(utterance)
         return True
 
+    def words_current(self) -> bool:
+        """Whether the transcript the framework holds covers the caller's latest speech: its STT outcome is in and
+        went on (or brought no words). The framework's own VAD can end a speech before this one's STT is in, and
+        then asks for a judgement on the words of the speech before (agent/end_of_turn.py)."""
+        latest = next(reversed(list(self.utterances)), None)
+        return latest is None or (latest.text is not None and (latest.forwarded or not latest.text.strip()))
+
     # -- the turn decision -------------------------------------------------------------------
     def on_turn_committed(self, t: float | None = None, *, text: str | None = None) -> TurnTrace | None:
         """The framework committed a user turn of `text` (it will be answered). The framework's commit is the truth

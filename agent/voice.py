@@ -300,6 +300,7 @@ class Call:
                 medium_s=cfg.eot_medium_delay_s,
                 hangover_s=cfg.vad_silence_ms / 1000.0,
                 on_decision=self.controller.on_turn_decision,
+                words_current=self.controller.words_current,
             )
             if ours
             else None

@@ -269,6 +269,27 @@ def test_speech_interrupted_before_its_reply_gives_a_closed_reply() -> None:
     assert controller.collector.records[0]["outcome"] == "interrupted"
 
 
+def test_the_words_are_current_once_the_latest_speech_is_transcribed_and_gone_on() -> None:
+    """What agent/end_of_turn.py asks before it judges words: the framework's VAD can end a speech before its STT
+    outcome is in, and would be judged on the transcript of the speech before."""
+    controller, _ = make()
+    assert controller.words_current()  # nothing said yet
+    user_says(controller, "Can you play some music?", start=0.0, end=1.5)
+    assert controller.words_current()
+    controller.on_user_speech_started(1.9)  # "something relaxing" ...
+    controller.on_stt_request(2.8)
+    controller.on_user_speech_ended(2.9)
+    assert not controller.words_current()  # ... ended, its words not in: the transcript is the first speech's
+    controller.on_stt_result("Something relaxing.")
+    assert not controller.words_current()  # in, but not yet handed to the framework
+    assert controller.on_transcript("Something relaxing.")
+    assert controller.words_current()
+    controller.on_user_speech_started(3.5)  # a cough: STT hears nothing
+    controller.on_user_speech_ended(3.8)
+    controller.on_stt_result("")
+    assert controller.words_current()  # no words to wait for
+
+
 # -- turns that hold pauses, and answers prepared early --------------------------------------------
 def test_a_pause_inside_the_turn_is_held_and_the_early_answer_thrown_away_unheard() -> None:
     controller, _ = make()
