@@ -183,7 +183,8 @@ def test_duplex_schedules_keep_the_invariants(stage: Stage, plan: list[TurnPlan]
 
 
 SETTLE = ([TurnPlan()], ("vad", 0.04))  # one plain answered turn: every count is taken after the same call
-LEAK_PER_SCHEDULE = 50  # live objects a schedule may add, over a window, before it counts as kept
+LEAK_PER_SCHEDULE = 100  # live objects a schedule may add on both passes before it counts as kept (a log record kept
+# with its traceback added ~164, a kept call ~1,000; calls that keep nothing moved by -18..+21 a schedule)
 
 
 def growth_per_pass(stage: Stage, window: list[tuple[list[TurnPlan], tuple[str, float]]], passes: int) -> list[
