@@ -327,7 +327,7 @@ class DuplexController:
         """Whether the transcript the framework holds covers the caller's latest speech: its STT outcome is in and
         went on (or brought no words). The framework's own VAD can end a speech before this one's STT is in, and
         then asks for a judgement on the words of the speech before (agent/end_of_turn.py)."""
-        latest = next(reversed(list(self.utterances)), None)
+        latest = self.utterances.latest
         return latest is None or (latest.text is not None and (latest.forwarded or not latest.text.strip()))
 
     # -- the turn decision -------------------------------------------------------------------

@@ -11,9 +11,8 @@
   caller's last sound: short (FINISHED words, or the voice at or above `threshold`: the framework's `min_delay`),
   long (UNFINISHED words: it returns 0, so the framework waits `max_delay`, the bounded maximum), or medium
   (neither: it waits itself until `medium_s` after the last sound, then returns the threshold). Speech in between
-  cancels the framework's wait, ours included, and the turn goes on (should a medium wait outlive speech the STT
-  side heard, it returns 0: no end there). No `stream()` method: the framework must treat this as a text-protocol
-  detector, not a streaming one.
+  cancels the framework's wait, ours included, and the turn goes on. No `stream()` method: the framework must
+  treat this as a text-protocol detector, not a streaming one.
 - The words must be the latest speech's: the framework's VAD can end a speech before the STT side has its words,
   and asks then on the transcript of the speech before ("Can you play some music?" before "something relaxing"
   is in). Such a judgement is the long wait (`words_current` False in the trace); the transcript's arrival makes the
@@ -88,7 +87,6 @@ class EndOfTurn:
         self.words_current = words_current
         self._ended_at: float | None = None  # perf_counter of the end of the caller's speech; None while they speak
         self._ended = asyncio.Event()  # set with _ended_at
-        self._speeches = 0  # speeches begun so far: a judgement whose caller went on since is moot
         self._voice = TurnDetector(version="v1-mini")
         self._stream: Any = None  # the voice model's stream, made on the first frame (it needs the running loop)
         self._prediction: asyncio.Future[Any] | None = None
@@ -111,14 +109,12 @@ class EndOfTurn:
     async def predict_end_of_turn(self, chat_ctx: llm.ChatContext, *, timeout: float | None = None) -> float:
         words = completeness(last_user_text(chat_ctx))
         ended_at = await self._speech_end()
-        speeches = self._speeches
         p_voice = await self._voice_probability()
         current = self.words_current is None or self.words_current()
         # words of an earlier speech say nothing of this one: no end on them (its transcript judges anew)
         wait = choose_wait(words, p_voice, self.threshold) if current else Wait.LONG
-        logger.debug("judged %s: words %s%s, voice %s, speech ended %.0f ms ago (speech #%d)", wait.value, words.value,
-                     "" if current else " (of an earlier speech)", p_voice, (time.perf_counter() - ended_at) * 1e3,
-                     speeches)  # fmt: skip
+        logger.debug("judged %s: words %s%s, voice %s, speech ended %.0f ms ago", wait.value, words.value,
+                     "" if current else " (of an earlier speech)", p_voice, (time.perf_counter() - ended_at) * 1e3)
         if self.on_decision is not None:
             self.on_decision(
                 {
@@ -133,11 +129,6 @@ class EndOfTurn:
             return 0.0
         if wait is Wait.MEDIUM:  # cancelled with the framework's wait if the caller goes on
             await asyncio.sleep(max(0.0, ended_at - self.hangover_s + self.medium_s - time.perf_counter()))
-            if self._speeches != speeches:
-                # the caller went on (the STT side's VAD heard them) and the framework did not cancel this wait: no
-                # end here. Their next words are judged anew; meanwhile the framework's bounded maximum applies.
-                logger.debug("the caller spoke during the medium wait; not ending the turn on the speech before")
-                return 0.0
             return self.threshold
         return max(self.threshold, p_voice if p_voice is not None else 1.0)
 
@@ -149,7 +140,6 @@ class EndOfTurn:
         self._stream.push_audio(frame)
 
     def on_speech_started(self) -> None:
-        self._speeches += 1
         self._prediction = None  # the caller goes on: a judgement of the pause before is moot
         self._ended_at = None
         self._ended.clear()

@@ -62,9 +62,13 @@ class Utterances:
         return iter(list(self._kept))
 
     @property
+    def latest(self) -> Utterance | None:
+        return self._kept[-1] if self._kept else None
+
+    @property
     def in_progress(self) -> bool:
         """The caller is speaking: the latest utterance has started and not ended."""
-        return bool(self._kept) and self._kept[-1].end is None
+        return self.latest is not None and self.latest.end is None
 
     def started(self, t: float) -> Utterance:
         self.count += 1

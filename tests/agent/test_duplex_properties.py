@@ -31,6 +31,7 @@ import os
 import time
 from collections import Counter, deque
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -211,7 +212,7 @@ def growth_per_pass(stage: Stage, window: list[tuple[list[TurnPlan], tuple[str, 
     finally:
         stage.server.requests = kept
     out = []
-    for before, after in zip(counts, counts[1:], strict=False):
+    for before, after in pairwise(counts):
         grew = after.copy()
         grew.subtract(before)
         out.append((after.total() - before.total(), grew))

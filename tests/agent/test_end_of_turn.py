@@ -86,22 +86,6 @@ async def test_a_judgement_asked_before_its_speech_ended_waits_for_that_end() ->
     await eot.aclose()
 
 
-async def test_a_medium_wait_the_framework_did_not_cancel_ends_nothing_once_the_caller_went_on() -> None:
-    """The framework cancels its wait on its own VAD's start of speech; when that VAD did not hear the caller go on
-    (it and the STT side's VAD split speech apart), the medium wait timed from the speech before used to end the
-    turn in the caller's next pause: a benchmark item cut 311 and 332 ms into its second pause, in two runs."""
-    eot = EndOfTurn(threshold=0.99, medium_s=0.3, hangover_s=0.1)
-    eot.on_speech_ended()
-    task = asyncio.ensure_future(eot.predict_end_of_turn(chat("Can you play some music.")))
-    await asyncio.sleep(0.05)
-    eot.on_speech_started()  # the caller goes on; the framework's wait is not cancelled
-    await asyncio.sleep(0.1)
-    eot.on_speech_ended()
-    assert await task == 0.0  # below the threshold: no end on the speech before; the framework's maximum applies
-    assert await eot.predict_end_of_turn(chat("Can you play some music, something relaxing.")) == 0.99  # judged anew
-    await eot.aclose()
-
-
 async def test_words_of_an_earlier_speech_never_end_the_turn() -> None:
     """Asked before the latest speech's words are in, the detector would judge the words of the speech before: "Can
     you play some music?" read as a finished question ended the turn 330 ms into the caller's next pause (a

@@ -45,10 +45,9 @@ def _wait_table(pauses: dict[str, Any], ends: dict[str, Any]) -> list[str]:
     p, e = pauses.get("by_wait", {}), ends.get("by_wait", {})
     if not (set(p) | set(e)) - {"none"}:
         return []
-    known = [w for w in ("short", "medium", "long", "none") if w in p or w in e]
     lines = ["", "| wait the worker chose (its traces; none: not judged) | pauses | of which cut | true ends | "
              "their end -> `thinking` P50 / P95 ms |", "|---|---|---|---|---|"]  # fmt: skip
-    for w in known + sorted((set(p) | set(e)) - set(known)):
+    for w in (w for w in ("short", "medium", "long", "none") if w in p or w in e):
         d = e.get(w, {}).get("decision_ms") or {}
         delay = f"{d['p50']} / {d['p95']}" if d.get("n") else "-"
         lines.append(f"| {w} | {p.get(w, {}).get('n', 0)} | {p.get(w, {}).get('cut', 0)} | {e.get(w, {}).get('n', 0)} "

@@ -107,10 +107,10 @@ class Signals:
         ]  # fmt: skip
         # the wait each judgement chose (TURN_HANDLING=ours): a turn's last end at its commit, a held pause at the end
         # of speech before it (traces/README.md `turn_decision`, `pauses[].decision`)
-        self.commit_waits = [(tr["wall_t0"] + tr["points"]["turn_committed"], tr["turn_decision"].get("wait"))
-                             for tr in traces if "turn_committed" in tr["points"] and tr.get("turn_decision")]
-        self.pause_waits = [(tr["wall_t0"] + p["at"], p["decision"].get("wait"))
-                            for tr in traces for p in tr.get("pauses", []) if p.get("decision")]  # fmt: skip
+        self.commit_waits = {tr["wall_t0"] + tr["points"]["turn_committed"]: tr["turn_decision"].get("wait")
+                             for tr in traces if "turn_committed" in tr["points"] and tr.get("turn_decision")}
+        self.pause_waits = sorted((tr["wall_t0"] + p["at"], p["decision"].get("wait"))
+                                  for tr in traces for p in tr.get("pauses", []) if p.get("decision"))  # fmt: skip
         self.states = tl.states
         self.published = [tr["wall_t0"] + tr["points"]["first_frame_published"] for tr in traces
                           if "first_frame_published" in tr["points"]]  # fmt: skip
@@ -121,14 +121,10 @@ class Signals:
                  if (t := _first(times, lo, hi)) is not None]  # fmt: skip
         return (min(found)[1], min(found)[0]) if found else None
 
-    def wait_committed(self, lo: float, hi: float) -> str | None:
-        """The wait of the first traced commit in [lo, hi), if it was judged."""
-        return next((w for t, w in sorted(self.commit_waits) if lo <= t < hi), None)
-
     def wait_held(self, lo: float, hi: float) -> str | None:
         """The wait a pause whose speech ended in [lo, hi) was held in; None when the caller went on before it was
         judged."""
-        return next((w for t, w in sorted(self.pause_waits) if lo <= t < hi), None)
+        return next((w for t, w in self.pause_waits if lo <= t < hi), None)
 
     def reply_traced(self, heard: float | None) -> bool:
         """Whether a trace holds the reply first heard at `heard` (its first frame published shortly before)."""
@@ -179,8 +175,8 @@ def pause_rows(tl: Timeline, sig: Signals) -> list[dict[str, Any]]:
             start, resume = plays[i - 1].last_voiced, plays[i].first_voiced
             hit = sig.earliest_commit(start, resume + RESUME_SLACK_S)
             commit = _first(sig.commits, start, resume + RESUME_SLACK_S)
-            wait = (sig.wait_committed(commit, commit + 1e-6) if commit is not None
-                    else sig.wait_held(start, resume + RESUME_SLACK_S))  # fmt: skip
+            # the cut turn's judgement, or the one the pause was held in
+            wait = sig.commit_waits.get(commit) if commit is not None else sig.wait_held(start, resume + RESUME_SLACK_S)
             rows.append({
                 "script": tl.script, "item": rec.item_id, "pause": i, "kind": pause["kind"], "ms": pause["ms"],
                 "measured_ms": _ms(start, resume), "cut": hit is not None,
@@ -203,11 +199,12 @@ def end_rows(tl: Timeline, sig: Signals, pauses: list[dict[str, Any]]) -> list[d
         heard = " ".join(r["text"].lower() for r in tl.transcripts
                          if r.get("who") == "user" and r.get("final") and begin <= r["t"] < hi)  # fmt: skip
         words = set(_WORD.findall(heard))
+        commit = _first(sig.commits, end, hi)
         found = [w for w in rec.expect_words if all(part in words for part in _WORD.findall(w))]
         rows.append({
             "script": tl.script, "item": rec.item_id, "speech_ms": _ms(begin, end),
             "decision_ms": _ms(end, _first(sig.thinking, end, hi)),
-            "commit_ms": _ms(end, _first(sig.commits, end, hi)), "wait": sig.wait_committed(end, hi),
+            "commit_ms": _ms(end, commit), "wait": sig.commit_waits.get(commit) if commit is not None else None,
             "audio_ms": _ms(end, _first(sig.onsets, end, hi)),
             "cut_inside": any(p["cut"] for p in pauses if p["item"] == rec.item_id and p["script"] == tl.script),
             "expect_words": rec.expect_words, "words_found": found, "heard": heard,
