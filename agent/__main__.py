@@ -4,7 +4,11 @@
 - `dev` / `start`: the LiveKit worker (agent/worker.py) through LiveKit's current entry point,
   `python -m livekit.agents start agent/app.py` (`dev` adds `--dev`: colored DEBUG logs, no drain on exit).
 - `download-files`: LiveKit's own `python -m livekit.agents download-files` (the plugins' model files).
-- `simulate --turns N [--barge-in] --out DIR`: a complete call without a LiveKit server (agent/tools/simulate.py).
+- `simulate --turns N [--barge-in] --out DIR`: a complete call without a LiveKit server (lab/simulate.py).
+- `stress --rounds N --out DIR` / `stress --turns N --out DIR`: the barge-in stress run and the soak (lab/stress.py).
+  The lab ships with a source checkout, not in the worker's package: these two run `python -m lab.<module>` in a
+  process of their own, so the worker never imports the lab, and say so clearly when the lab is not there.
+- `trace-review FILES... [--plot PNG]`: P50/P95 per trace segment and the slowest turns (agent/trace_review.py).
 - `standby --fifo PATH [COMMAND ...]`: a worker that has done its slow imports and waits for its supervisor's `go`
   to run COMMAND (`start`) in place of a dead worker (agent/standby.py; scripts/run_worker.sh starts it).
 - `recover [--pid PID] [--reason TEXT]`: after a worker died: close its open turns (`worker_lost`) and take its
@@ -18,10 +22,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
+from pathlib import Path
 
-from tts_engine.env import load_dotenv
-from tts_engine.errors import ConfigError
+from common.env import ConfigError, load_dotenv
 
 LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARN", "ERROR", "CRITICAL")
 COMMANDS = {  # one line each in --help
@@ -30,6 +35,8 @@ COMMANDS = {  # one line each in --help
     "start": "run the worker in production mode (JSON logs; on SIGTERM calls drain for AGENT_DRAIN_TIMEOUT_S)",
     "download-files": "fetch the model files LiveKit's plugins need ahead of a start (none today: Silero's ships)",
     "simulate": "a complete call without LiveKit: espeak-ng speech, fake vLLM, the real engine (traces + summary)",
+    "stress": "many simulated calls with barge-ins at random and at reply milestones, or a long soak (the lab's)",
+    "trace-review": "P50/P95 per latency segment and the slowest turns from traces/*.jsonl (--plot draws them)",
     "standby": "a worker with its imports done, waiting for its supervisor's 'go' to replace a dead one",
     "recover": "after a worker died: close its open turns as worker_lost and take its agents out of their rooms",
     "console": "not supported: says why (LiveKit's console replaces this agent's audio path) and what to use",
@@ -50,6 +57,8 @@ dispatch it into any room with LiveKit's API, e.g. `lk dispatch create --agent-n
 --room NAME`, or livekit-api's `LiveKitAPI().agent_dispatch.create_dispatch(...)`, with `python -m agent
 start` running."""
 REFUSALS = {"console": CONSOLE_REFUSAL, "connect": CONNECT_REFUSAL}
+LAB_COMMANDS = {"simulate": "lab.simulate", "stress": "lab.stress"}  # run as `python -m MODULE` in a process of its own
+CHECKOUT = Path(__file__).resolve().parents[1]  # a source checkout's root: lab/ sits here beside agent/
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,8 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
         worker.add_argument("--api-key", help="LiveKit API key (default: LIVEKIT_API_KEY)")
         worker.add_argument("--api-secret", help="LiveKit API secret (default: LIVEKIT_API_SECRET)")
     sub.add_parser("download-files", help=COMMANDS["download-files"], description=COMMANDS["download-files"])
-    # its options belong to agent/tools/simulate.py, which loads the engine's modules: main() parses them there
-    sub.add_parser("simulate", help=COMMANDS["simulate"], add_help=False)
+    # their options belong to the lab's modules (lab/simulate.py, lab/stress.py): main() hands them over
+    for name in LAB_COMMANDS:
+        sub.add_parser(name, help=COMMANDS[name], add_help=False)
+    sub.add_parser("trace-review", help=COMMANDS["trace-review"], add_help=False)  # agent/trace_review.py parses
     # their options belong to agent/standby.py and agent/recovery.py: main() parses them there
     sub.add_parser("standby", help=COMMANDS["standby"], add_help=False)
     sub.add_parser("recover", help=COMMANDS["recover"], add_help=False)
@@ -81,8 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["simulate"]:
-        return _simulate(argv[1:])
+    if argv[:1] and argv[0] in LAB_COMMANDS:
+        return run_lab(argv[0], argv[1:])
+    if argv[:1] == ["trace-review"]:
+        from agent import trace_review
+
+        return trace_review.main(argv[1:], prog="python -m agent trace-review")
     if argv[:1] == ["standby"]:
         from agent import standby
 
@@ -113,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "preflight":
             from agent.config import AgentConfig
             from agent.preflight import report, run_checks
-            from tts_engine.config import EngineConfig
+            from tts_engine import EngineConfig
 
             agent_cfg, engine_cfg = AgentConfig.from_env(), EngineConfig.from_env()
             print("preflight:")
@@ -127,21 +142,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def _simulate(argv: list[str]) -> int:
-    load_dotenv(os.environ.get("ENV_FILE") or ".env")
-    from agent.tools import simulate
-
-    parser = argparse.ArgumentParser(prog="python -m agent simulate", description=COMMANDS["simulate"])
-    simulate.add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        from agent.trace_otel import install_from_env
-
-        install_from_env()  # the simulated call's spans too, when OTEL_EXPORTER_OTLP_ENDPOINT is set
-        return simulate.run(args)
-    except ConfigError as exc:
-        print(f"configuration error: {exc}", file=sys.stderr)
+def run_lab(command: str, argv: list[str]) -> int:
+    """`python -m agent simulate|stress ...`: the lab's module in a child process, its exit status returned."""
+    module = LAB_COMMANDS[command]
+    if not (CHECKOUT / "lab" / "__init__.py").is_file():
+        print(f"python -m agent {command}: the lab (lab/, beside agent/ in a source checkout) is not here; "
+              f"this command needs the project's source tree (git clone, then scripts/setup.sh)", file=sys.stderr)
         return 2
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(CHECKOUT), env.get("PYTHONPATH", "")) if p)
+    return subprocess.run([sys.executable, "-m", module, *argv], env=env).returncode
 
 
 if __name__ == "__main__":

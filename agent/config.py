@@ -13,16 +13,17 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from agent.local.defaults import LOCAL_LLM_MODEL, local_livekit_url, local_llm_url
-from tts_engine.env import ConfigError, Env
+from agent.turn.options import TurnMode, TurnOptions
+from common.env import ConfigError, Env
 
 T = TypeVar("T")
 
 QUIET_DB = -50.0  # the VAD's quiet gate (agent/vad.py): the page's end-of-speech level (web/stats.js)
-STT_EARLY_MS = 64  # silence inside a speech after which it goes to STT (agent/early_stt.py; docs/agent.md: why 64)
-# a worker's capacity (docs/operations.md "Capacity and load"; `python -m agent.tools.capacity` measures it), when
+STT_EARLY_MS = 64  # silence inside a speech after which it goes to STT (agent/turn/early_stt.py; docs/agent.md: why 64)
+# a worker's capacity (docs/operations.md "Capacity and load"; `python -m lab.capacity` measures it), when
 # AGENT_MAX_SESSIONS is not set: by where the TTS engine runs (agent/worker.py max_sessions)
 MAX_SESSIONS_CPU_ENGINE = 1  # embedded on the CPU: the 2-core box holds one call (a second triples the response)
-# on a GPU or with a remote engine (an H200 host, agent/tools/convbench/results/h200_many_2026-11-29/): a THREAD
+# on a GPU or with a remote engine (an H200 host, results/convbench/h200_many_2026-11-29/): a THREAD
 # worker's calls stayed within 35 ms of one call's response P95 at 2 calls a worker and went late at 3; PROCESS
 # workers held 16 calls on two with no gap
 MAX_SESSIONS_THREAD = 2
@@ -71,14 +72,9 @@ LIVEKIT_VAD_SILENCE_MS = 544
 LIVEKIT_VAD_SILENCE_MIN_MS = 256
 
 
-def turn_handling(env: Env) -> str:
-    """`TURN_HANDLING`: ours (default) | vad | livekit (agent/voice.py `turn_handling`)."""
-    return env.choice("TURN_HANDLING", "ours", ("ours", "vad", "livekit"))
-
-
 def vad_silence_ms(env: Env) -> int:
     """`VAD_SILENCE_MS`, by default 224 ms (`vad`, `ours`) or LiveKit's own 544 ms (`livekit`)."""
-    if turn_handling(env) == "livekit":
+    if TurnMode.from_env(env) is TurnMode.LIVEKIT:
         return env.int("VAD_SILENCE_MS", LIVEKIT_VAD_SILENCE_MS, lo=LIVEKIT_VAD_SILENCE_MIN_MS, hi=5000)
     return env.int("VAD_SILENCE_MS", 224, lo=50, hi=5000)
 
@@ -93,7 +89,7 @@ def quiet_db(env: Env) -> float | None:
 
 def stt_early_ms(env: Env) -> int | None:
     """`STT_EARLY_MS`: silence in ms inside a speech after which it is sent to STT (32..2000), or "off" (at the end of
-    the turn, as LiveKit's adapter does). agent/early_stt.py."""
+    the turn, as LiveKit's adapter does). agent/turn/early_stt.py."""
     return _value_or_off(
         env, "STT_EARLY_MS", STT_EARLY_MS, lambda raw: _in_range(raw, 32, 2000, int),
         "milliseconds of silence from 32 to 2000, or off",
@@ -125,15 +121,8 @@ class AgentConfig:
     # up to 50 ms before the VAD sees the end of speech; 20 is one Opus packet
     input_frame_ms: int = 20
     tts_frame_ms: int = 20
-    min_endpointing: float = 0.2
-    # turn-taking (agent/voice.py turn_handling, docs/agent.md "Turn-taking"): ours | vad | livekit
-    turn_handling: str = "ours"
-    eot_threshold: float = 0.36  # ours: voice+words probability below which the turn waits eot_max_delay_s
-    eot_medium_delay_s: float = 1.8  # ours: the wait when neither the words nor the voice say the caller is done
-    eot_max_delay_s: float = 2.5  # ours: the longest the turn waits for a caller who seems not to be done
-    overlap_confirm_s: float = 0.9  # ours: speech over the agent this long cuts it whatever its words
-    overlap_duck_db: float = -15.0  # ours: the agent's voice while the caller speaks over it
-    overlap_early_words: bool = True  # ours: transcribe speech over the agent while it goes on; a cue cuts at once
+    # every knob of turn-taking (TURN_HANDLING, MIN_ENDPOINTING, EOT_*, OVERLAP_*, ...): agent/turn/options.py
+    turn: TurnOptions = TurnOptions()
     enable_continuation: bool = True
     tts_engine_url: str = ""  # remote engine (python -m tts_engine serve); empty = embedded
     tts_speaker: str = "serena"
@@ -146,10 +135,6 @@ class AgentConfig:
     stt_timeout_s: float = 8.0
     llm_timeout_s: float = 10.0
     api_max_retry: int = 1
-    # duplex: see docs/agent.md "Interruption choices" for why these defaults
-    interrupt_min_speech_s: float = 0.5
-    resume_false_interruption: bool = False
-    false_interruption_timeout_s: float = 2.0
     aec_warmup_s: float = 3.0  # 0 disables (tests, headphones)
     audio_queue_ms: int = 100
     audio_cut_silence_ms: int = 60  # silent frames sent after a cut (agent/output.py says why); 0 = off
@@ -196,14 +181,7 @@ class AgentConfig:
             stt_early_ms=stt_early_ms(env),
             input_frame_ms=int(env.choice("INPUT_FRAME_MS", "20", ("10", "20", "30", "40", "50"))),
             tts_frame_ms=int(env.choice("TTS_FRAME_MS", "20", ("10", "20", "40"))),
-            min_endpointing=env.float("MIN_ENDPOINTING", 0.2, lo=0.0, hi=10.0),
-            turn_handling=turn_handling(env),
-            eot_threshold=env.float("EOT_THRESHOLD", 0.36, lo=0.0, hi=1.0),
-            eot_medium_delay_s=env.float("EOT_MEDIUM_DELAY_S", 1.8, lo=0.0, hi=10.0),
-            eot_max_delay_s=env.float("EOT_MAX_DELAY_S", 2.5, lo=0.1, hi=10.0),
-            overlap_confirm_s=env.float("OVERLAP_CONFIRM_S", 0.9, lo=0.1, hi=10.0),
-            overlap_duck_db=env.float("OVERLAP_DUCK_DB", -15.0, lo=-60.0, hi=0.0),
-            overlap_early_words=env.bool("OVERLAP_EARLY_WORDS", True),
+            turn=TurnOptions.from_env(env),
             enable_continuation=env.bool("ENABLE_CONTINUATION", True),
             tts_engine_url=env.str("TTS_ENGINE_URL", ""),
             tts_speaker=env.str("TTS_SPEAKER", "serena"),
@@ -213,9 +191,6 @@ class AgentConfig:
             stt_timeout_s=env.float("STT_TIMEOUT_S", 8.0, lo=0.1, hi=300.0),
             llm_timeout_s=env.float("LLM_TIMEOUT_S", 10.0, lo=0.1, hi=300.0),
             api_max_retry=env.int("API_MAX_RETRY", 1, lo=0, hi=10),
-            interrupt_min_speech_s=env.float("INTERRUPT_MIN_SPEECH_S", 0.5, lo=0.05, hi=5.0),
-            resume_false_interruption=env.bool("RESUME_FALSE_INTERRUPTION", False),
-            false_interruption_timeout_s=env.float("FALSE_INTERRUPTION_TIMEOUT_S", 2.0, lo=0.1, hi=30.0),
             aec_warmup_s=env.float("AEC_WARMUP_S", 3.0, lo=0.0, hi=30.0),
             audio_queue_ms=env.int("AUDIO_QUEUE_MS", 100, lo=20, hi=2000),
             audio_cut_silence_ms=env.int("AUDIO_CUT_SILENCE_MS", 60, lo=0, hi=500),

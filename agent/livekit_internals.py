@@ -30,11 +30,11 @@ One read for agent/callers.py, `session_room_io(session)`: the session's `RoomIO
 public `set_participant` switches the caller the session listens to; the session exposes no public handle to
 it. Where it is gone, None with a warning, and the session keeps LiveKit's first-caller link.
 
-One call for agent/duplex.py's pause handling, `drop_early_answer(session)`: the answer the framework prepares on a
-transcript before the turn is committed (its preemptive generation) is kept until the *next* transcript when the
-caller goes on after a pause; the activity's `_cancel_preemptive_generation()` (`AgentSession._activity`) drops it
-the moment they go on, so no LLM and TTS work is spent on half a sentence and the turn, once committed, is answered
-afresh. Where the names are gone, a warning once and nothing: the framework drops it at the next transcript.
+One call for agent/turn/controller.py's pause handling, `drop_early_answer(session)`: the answer the framework
+prepares on a transcript before the turn is committed (its preemptive generation) is kept until the *next* transcript
+when the caller goes on after a pause; the activity's `_cancel_preemptive_generation()` (`AgentSession._activity`)
+drops it the moment they go on, so no LLM and TTS work is spent on half a sentence and the turn, once committed, is
+answered afresh. Where the names are gone, a warning once and nothing: the framework drops it at the next transcript.
 
 One fix, `close_runners_cancelled_in_prewarm()` (`agent.worker.build_server` applies it): with the THREAD executor,
 closing the worker while a runner is still in prewarm (the pool starts a replacement each time a call takes

@@ -26,7 +26,7 @@ packets simply stop hears WebRTC's packet-loss concealment stretch and fade the 
 silent packets end the agent's voice at once. They belong to no reply (never counted as published frames).
 `on_cut(reply_id)` is called once per cut that truncated audio (a segment open or still playing out): what
 WebRTC already sent (~100 ms in flight and in the listener's jitter buffer) can only be stopped by the
-listener, so the call tells the page (agent/cut_notice.py publishes it; web/app.js closes its playback gate).
+listener, so the call tells the page (agent/turn/cut_notice.py publishes it; web/app.js closes its playback gate).
 """
 
 from __future__ import annotations
@@ -44,10 +44,10 @@ import numpy as np
 from livekit import rtc
 from livekit.agents.voice import io
 
-from tts_engine.audio_format import SAMPLE_RATE
+from common.audio_format import SAMPLE_RATE
 
 if TYPE_CHECKING:
-    from agent.duplex import DuplexController
+    from agent.turn.controller import DuplexController
 
 logger = logging.getLogger("agent.output")
 

@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 
 from agent.config import AgentConfig
 from agent.local.defaults import DEFAULT_CHECKPOINT_DIR
-from tts_engine.config import EngineConfig
+from tts_engine import EngineConfig
 
 
 @dataclass
@@ -34,7 +34,7 @@ def check_weights(engine: EngineConfig) -> Check:
         hint = "point it at a Qwen3-TTS CustomVoice checkpoint"
         return Check("tts weights", False, f"TTS_DEEP_STREAM_MODEL_DIR is not set ({hint})")
     # imported here: the doctor imports torch (seconds), needed only when weights are named
-    from tts_engine.doctor import diagnose
+    from tts_engine import diagnose
 
     # the checkpoint doctor: configs against the safetensors headers (no weight is read), every problem named
     diagnosis = diagnose(model_dir)

@@ -15,7 +15,7 @@ transcript (dropped by the framework) and its error event is marked recoverable;
 `max_unrecoverable_errors` consecutive failures would close the whole call. The failure is logged once,
 with the turn id, by the observer.
 
-`recognize` = `report_request` + `attempt` + `settle`. The early transcriber (agent/early_stt.py) calls the
+`recognize` = `report_request` + `attempt` + `settle`. The early transcriber (agent/turn/early_stt.py) calls the
 three apart: it attempts an utterance at a pause, before the turn has ended, and reports to the observer only
 the attempt the turn uses, so the observer sees exactly one request and one outcome per turn either way.
 
@@ -52,10 +52,11 @@ from livekit.agents.language import LanguageCode
 from livekit.agents.types import NOT_GIVEN, NotGivenOr
 
 from agent.openai_client import openai_client
+from common.audio_format import SPEECH_SAMPLE_RATE
 
 logger = logging.getLogger("agent.stt")
 
-STT_SAMPLE_RATE = 16_000
+STT_SAMPLE_RATE = SPEECH_SAMPLE_RATE  # the WAV posted to the STT server
 DEFAULT_PROMPT = (
     "Transcribe this audio exactly as spoken, in its original language. "
     "Output only the transcript, without any explanation."

@@ -37,7 +37,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Status, StatusCode
 
 from agent import tracing
-from tts_engine.errors import ConfigError
+from common.env import ConfigError
 
 logger = logging.getLogger("agent.trace_otel")
 

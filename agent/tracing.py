@@ -6,8 +6,8 @@ Contract (schema in traces/README.md, `schema: 2`):
   stored relative to the turn's t0 = its last `vad_speech_end`. A user turn may hold pauses (the user spoke
   again before the turn was committed): `resume()` records each, with the judgement it was held in, and clears
   the utterance's STT points; the next end of speech moves t0 (`end_of_speech`).
-- The first mark of a point wins (a retried STT request does not move `stt_request`); `Reply.points` (agent/reply.py)
-  carries an answer's own LLM/TTS points until it is the turn's answer (`adopt`).
+- The first mark of a point wins (a retried STT request does not move `stt_request`); `Reply.points`
+  (agent/turn/reply.py) carries an answer's own LLM/TTS points until it is the turn's answer (`adopt`).
 - `complete()` is the truth check of a record: every point present, the nine in order (but `stt_request`, sent at
   the pause, may precede t0), no LLM request before the transcript, and no audio before the turn was committed.
 - `Outcome` is the turn's lifecycle end, one enum; its value is the JSON string.
@@ -144,10 +144,10 @@ class TurnTrace:
     pauses: list[Pause] = field(default_factory=list)
     discarded: list[Discarded] = field(default_factory=list)
     overlaps: list[OverlapRecord] = field(default_factory=list)
-    turn_decision: dict[str, Any] = field(default_factory=dict)  # how the end of turn was judged (agent/end_of_turn.py)
+    turn_decision: dict[str, Any] = field(default_factory=dict)  # how the end of turn was judged (turn/end_of_turn.py)
     reply_id: str = ""  # the answer's id (its speech's; the frames it published carry it)
     finished: bool = False
-    # called with (point, t) when a point is first marked, inside the code that marks it (agent.tools.stress_instants)
+    # called with (point, t) when a point is first marked, inside the code that marks it (lab.stress_instants)
     observer: Callable[[str, float], None] | None = field(default=None, repr=False, compare=False)
 
     def mark(self, point: str, t: float | None = None) -> None:
@@ -193,7 +193,7 @@ class TurnTrace:
         self.points["vad_speech_end"] = t
 
     def adopt(self, reply_id: str, points: dict[str, float], chars: int = 0, segments: int = 0) -> None:
-        """Take an answer's id, points and text counts (agent/reply.py) as this turn's (points it has not marked)."""
+        """Take an answer's id, points and text counts (turn/reply.py) as this turn's (points it has not marked)."""
         self.reply_id = self.reply_id or reply_id
         for point in ANSWER_POINTS:
             if point in points:

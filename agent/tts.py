@@ -45,10 +45,9 @@ import numpy as np
 from livekit import rtc
 from livekit.agents import DEFAULT_API_CONNECT_OPTIONS, APIConnectOptions, APIError, tts, utils
 
-from agent.bridge import BridgeOptions, TextBridge
 from agent.engine_client import TTSBackend
-from tts_engine.audio_format import SAMPLE_RATE
-from tts_engine.errors import TextFeedFull
+from common.audio_format import SAMPLE_RATE
+from tts_engine import SegmenterOptions, StreamSegmenter, TextFeedFull
 
 logger = logging.getLogger("agent.tts")
 
@@ -111,7 +110,7 @@ class QwenTTS(tts.TTS):
         speaker: str = "serena",
         language: str = "auto",
         frame_ms: int = 20,
-        bridge_options: BridgeOptions | None = None,
+        bridge_options: SegmenterOptions | None = None,
         text_input: str = "segments",
     ) -> None:
         super().__init__(
@@ -127,7 +126,7 @@ class QwenTTS(tts.TTS):
         self.caller_language = "auto"  # the Qwen3-TTS name of the caller's language, set by follow_caller
         self.frame_ms = frame_ms
         self.samples_per_frame = SAMPLE_RATE * frame_ms // 1000
-        self.bridge_options = bridge_options or BridgeOptions()
+        self.bridge_options = bridge_options or SegmenterOptions()
         if text_input not in ("segments", "tokens"):
             raise ValueError(f"text_input={text_input!r} is not allowed; allowed values: segments, tokens")
         self.text_input = text_input if hasattr(backend, "open_text_stream") else "segments"
@@ -262,7 +261,7 @@ class QwenTTS(tts.TTS):
         queue: asyncio.Queue[str | None] = asyncio.Queue()
 
         async def read() -> None:
-            bridge = TextBridge(self.bridge_options)
+            bridge = StreamSegmenter(self.bridge_options)
             try:
                 async for chunk in text:
                     for seg in bridge.push(chunk):

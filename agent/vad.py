@@ -35,8 +35,9 @@ from livekit.plugins.silero import onnx_model
 
 from agent import livekit_internals
 from agent.config import QUIET_DB
+from common.audio_format import SPEECH_SAMPLE_RATE
 
-VAD_SAMPLE_RATE = 16_000
+VAD_SAMPLE_RATE = SPEECH_SAMPLE_RATE  # Silero runs at 16 kHz
 WINDOW_SAMPLES = 512  # Silero's window at 16 kHz
 WINDOW_MS = WINDOW_SAMPLES * 1000 / VAD_SAMPLE_RATE  # 32 ms
 

@@ -2,7 +2,7 @@
 
 - `Call(cfg, vad=, backend=)` builds the trace collector, the audio output (owns the AudioSource), the
   DuplexController over both, the STT (OmniSTT or the embedded whisper), the LLM (+ continuation), QwenTTS over the
-  engine, the turn handling of `TURN_HANDLING` (`turn_handling()`), and `VoiceAgent`, whose node overrides put
+  engine, the turn handling of `TURN_HANDLING` (agent/turn/options.py), and `VoiceAgent`, whose node overrides put
   the trace points and the cancel registry in the data path:
   - `stt_node` wraps the default (VAD + EarlyTranscriber): START/END_OF_SPEECH and the final transcript reach the
     controller (and the end-of-turn detector and OverlapWords, which also hear the caller's audio); a transcript
@@ -16,7 +16,7 @@
   with its public `interrupted` flag, `scheduled` flag, `interrupt()` and done callback; the moment of the
   framework's interrupt decision and its reason come through agent/livekit_internals.py (the only user of private
   LiveKit names).
-- Process-wide tuning lives in agent/process_tuning.py; the apology after a failed turn is `Apology`.
+- Process-wide tuning lives in common/process.py; the apology after a failed turn is `Apology`.
 """
 
 from __future__ import annotations
@@ -40,26 +40,26 @@ from livekit.agents import (
     stt,
     vad,
 )
-from livekit.agents.inference import TurnDetector
 from livekit.agents.voice import room_io
 from livekit.agents.voice.agent_session import SessionConnectOptions
 
 from agent import livekit_internals
 from agent.config import AgentConfig
-from agent.cut_notice import CutNotice
-from agent.duplex import DuplexController, State
-from agent.early_stt import EarlyTranscriber
-from agent.end_of_turn import EndOfTurn
 from agent.engine_client import TTSBackend
 from agent.llm import build_llm, history_for_request, llm_client, stream_with_continuation
 from agent.local.whisper_stt import WhisperSTT
 from agent.output import FrameRecord, RtcAudioOutput
-from agent.overlap_words import OverlapWords
-from agent.process_tuning import release_free_memory
-from agent.reply import Reply
 from agent.stt import ObservedSTT, OmniSTT, STTObserver
 from agent.tracing import TraceCollector, TurnTrace
 from agent.tts import QwenTTS, SynthesisHooks
+from agent.turn.controller import DuplexController, State
+from agent.turn.cut_notice import CutNotice
+from agent.turn.early_stt import EarlyTranscriber
+from agent.turn.end_of_turn import EndOfTurn
+from agent.turn.options import TurnMode, session_turn_handling
+from agent.turn.overlap_words import OverlapWords
+from agent.turn.reply import Reply
+from common.process import release_free_memory
 
 if TYPE_CHECKING:
     from livekit.agents.voice import room_io
@@ -82,46 +82,6 @@ def _event_time(ev: stt.SpeechEvent) -> float:
     """perf_counter time at which the STT adapter created `ev` (its `created_at` is wall-clock)."""
     now_perf, now_wall = time.perf_counter(), time.time()
     return now_perf - min(max(0.0, now_wall - ev.created_at), 1.0)
-
-
-def turn_handling(cfg: AgentConfig, detector: EndOfTurn | None) -> dict[str, Any]:
-    """The session's turn handling for `TURN_HANDLING` (docs/agent.md, "Turn-taking"):
-    - `vad`: silence alone ends the turn (the VAD's hangover + `MIN_ENDPOINTING`); speech over the agent for
-      `INTERRUPT_MIN_SPEECH_S` cuts it; nothing prepared early.
-    - `livekit`: LiveKit's own defaults, with its local audio turn detector: endpointing 0.5 / 3.0 s,
-      interruption after 0.5 s of speech that pauses and resumes when no words follow, preemptive generation.
-    - `ours`: `detector` (voice + words) chooses the wait: `MIN_ENDPOINTING`, `EOT_MEDIUM_DELAY_S` or
-      `EOT_MAX_DELAY_S`; the answer is prepared on the transcript, LLM and TTS, and heard only once the turn is
-      committed; speech over the agent ducks it and is judged (agent/duplex.py), a barge-in cue in its words cuts
-      it while it goes on (agent/overlap_words.py, `OVERLAP_EARLY_WORDS`); speech longer than `OVERLAP_CONFIRM_S`
-      cuts it whatever its words."""
-    if cfg.turn_handling == "livekit":
-        return {"turn_detection": TurnDetector(version="v1-mini"), "interruption": {"mode": "vad"}}
-    if cfg.turn_handling == "ours":
-        assert detector is not None
-        return {
-            "turn_detection": detector,
-            "endpointing": {"mode": "fixed", "min_delay": cfg.min_endpointing, "max_delay": cfg.eot_max_delay_s},
-            "interruption": {
-                "enabled": True,
-                "mode": "vad",
-                "min_duration": cfg.overlap_confirm_s,
-                "resume_false_interruption": False,
-            },
-            "preemptive_generation": {"enabled": True, "preemptive_tts": True},
-        }
-    return {
-        "turn_detection": "vad",
-        "endpointing": {"mode": "fixed", "min_delay": cfg.min_endpointing},
-        "interruption": {
-            "enabled": True,
-            "mode": "vad",
-            "min_duration": cfg.interrupt_min_speech_s,
-            "resume_false_interruption": cfg.resume_false_interruption,
-            "false_interruption_timeout": cfg.false_interruption_timeout_s,
-        },
-        "preemptive_generation": {"enabled": False},
-    }
 
 
 class VoiceAgent(Agent):
@@ -277,16 +237,17 @@ class Call:
         aec_warmup_s: float | None = None,
     ) -> None:
         self.cfg = cfg
+        turn = cfg.turn
         self.session_id = session_id or f"call-{uuid.uuid4().hex[:8]}"
         self.collector = TraceCollector(self.session_id, cfg.traces_dir if traces_dir is None else traces_dir)
         self.output = RtcAudioOutput(
             queue_ms=cfg.audio_queue_ms,
             cut_silence_ms=cfg.audio_cut_silence_ms,
-            pause_capable=cfg.turn_handling == "livekit" or cfg.resume_false_interruption,
-            duck_db=cfg.overlap_duck_db,
+            pause_capable=turn.mode is TurnMode.LIVEKIT or turn.resume_false_interruption,
+            duck_db=turn.overlap_duck_db,
             frame_observer=frame_observer,
         )
-        ours = cfg.turn_handling == "ours"
+        ours = turn.mode is TurnMode.OURS
         self.controller = DuplexController(
             self.collector,
             output=self.output,
@@ -296,8 +257,9 @@ class Call:
         )
         self.end_of_turn = (
             EndOfTurn(
-                threshold=cfg.eot_threshold,
-                medium_s=cfg.eot_medium_delay_s,
+                threshold=turn.eot_threshold,
+                medium_s=turn.eot_medium_delay_s,
+                voice_wait_s=turn.voice_wait_s,
                 hangover_s=cfg.vad_silence_ms / 1000.0,
                 on_decision=self.controller.on_turn_decision,
                 words_current=self.controller.words_current,
@@ -332,7 +294,7 @@ class Call:
         self.agent = VoiceAgent(self)
         warmup = cfg.aec_warmup_s if aec_warmup_s is None else aec_warmup_s
         retry = dict(max_retry=cfg.api_max_retry, retry_interval=0.3)
-        # the session's STT: the utterance goes to STT at the pause that may end the turn (agent/early_stt.py)
+        # the session's STT: the utterance goes to STT at the pause that may end the turn (agent/turn/early_stt.py)
         early = cfg.stt_early_ms
         session_stt = self.stt if early is None else EarlyTranscriber(stt=self.stt, vad=vad, early_ms=early)
         self.session: AgentSession = AgentSession(
@@ -340,7 +302,7 @@ class Call:
             vad=vad,
             llm=self.llm,
             tts=self.tts,
-            turn_handling=turn_handling(cfg, self.end_of_turn),  # type: ignore[arg-type]
+            turn_handling=session_turn_handling(turn, self.end_of_turn),
             aec_warmup_duration=warmup if warmup and warmup > 0 else None,
             conn_options=SessionConnectOptions(
                 stt_conn_options=APIConnectOptions(timeout=cfg.stt_timeout_s, **retry),
@@ -357,7 +319,7 @@ class Call:
                 interrupt=self._interrupt_for_words,
                 still_overlapped=lambda: self.controller.state is State.OVERLAPPED,
             )
-            if ours and cfg.overlap_early_words
+            if ours and cfg.turn.overlap_early_words
             else None
         )
         self.session.on("speech_created", self._on_speech_created)
@@ -384,7 +346,7 @@ class Call:
 
     def _interrupt_for_words(self) -> None:
         """A barge-in cue in the caller's words over the answer: the framework interrupts it, and the controller
-        cuts it as any interruption of an overlapped answer (agent/duplex.py)."""
+        cuts it as any interruption of an overlapped answer (agent/turn/controller.py)."""
         try:
             done = self.session.interrupt()
         except RuntimeError as exc:  # not running, or a speech that may not be interrupted
@@ -441,4 +403,4 @@ class Call:
             release_free_memory()  # this call's buffers are garbage now; give their pages back
 
 
-__all__ = ["Apology", "Call", "VoiceAgent", "turn_handling"]
+__all__ = ["Apology", "Call", "VoiceAgent"]

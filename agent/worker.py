@@ -55,13 +55,13 @@ from agent.engine_client import LocalBackend, RemoteBackend, TTSBackend
 from agent.journal import CallJournal
 from agent.local.defaults import RANDOM_WEIGHTS_WARNING, ensure_random_checkpoint
 from agent.one_agent import earlier_agent, watch_for_earlier
-from agent.process_tuning import tune_runtime
 from agent.recovery import recover_dead_calls
 from agent.trace_otel import check_env as check_otel
 from agent.trace_otel import flush as flush_spans
 from agent.trace_otel import install_from_env as install_otel
 from agent.vad import load_vad
 from agent.voice import Call
+from common.process import tune_process
 
 logger = logging.getLogger("agent.worker")
 install_room_closing_filter()  # a room LiveKit closes is no ERROR in this log (agent/callers.py)
@@ -73,7 +73,6 @@ RECOVERY_LINES = {
 }
 
 APP_FILE = Path(__file__).with_name("app.py")  # the module LiveKit's CLI discovers `server` in
-LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARN", "ERROR", "CRITICAL")
 
 _lock = threading.Lock()
 _backend: TTSBackend | None = None
@@ -118,13 +117,13 @@ def prewarm(proc: JobProcess) -> None:
         from agent.local.whisper_stt import load_model
 
         load_model()
-    if cfg.turn_handling in ("ours", "livekit"):  # the audio end-of-turn model (~100 MB), once per process
+    if cfg.turn.mode.uses_voice_model:  # the audio end-of-turn model (~100 MB), once per process
         from livekit.local_inference import init_eot
 
         init_eot()
     with _lock:
         if not _tuned:
-            tune_runtime()
+            tune_process()
             _tuned = True
 
 
@@ -324,8 +323,7 @@ def check_startup() -> AgentConfig:
     cfg = worker_config()
     check_otel()  # a bad OTEL_EXPORTER_OTLP_PROTOCOL stops here, not in each job's prewarm
     if not cfg.tts_engine_url:
-        from tts_engine import EngineConfig
-        from tts_engine.doctor import diagnose
+        from tts_engine import EngineConfig, diagnose
 
         model_dir = EngineConfig.from_env().model_dir
         diagnosis = diagnose(model_dir) if model_dir else None

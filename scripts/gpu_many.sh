@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Many calls through the real stack on one GPU host (issue 32): `python -m agent.tools.convbench.many` with the
+# Many calls through the real stack on one GPU host (issue 32): `python -m lab.convbench.many` with the
 # LiveKit server, the token server, one worker with the GPU engine (0.6B random weights) and the LLM/STT stand-in
 # at production-like times, callers over several processes, all on the device machine. Two device calls on one
 # warm machine, because what the image lacks does not fit one call's 64 MiB (livekit-local-inference 35 MB,
@@ -24,7 +24,7 @@
 # machine_*.txt and many_out.tar.gz (the recorded calls, the stack's logs, traces and worker stats): at most 8
 # files, as the device tool brings back. WARM_ENGINE=1 (prep): load the engine once in a process of its own
 # session, to fill torch's compile caches before the worker loads; off by default: on an H200 it took 114 s
-# and the run waited 96 s for it (agent/tools/convbench/results/h200_many_2026-11-28/README.md).
+# and the run waited 96 s for it (results/convbench/h200_many_2026-11-28/README.md).
 # SKIP_INSTALL=1 uses the interpreter's own packages and the local livekit-server (a check on a dev machine).
 . "$(dirname "$0")/lib/help.sh" 2>/dev/null && show_help_if_asked "$0" "${1:-}"  # --help: the header, nothing run
 set -uo pipefail
@@ -116,7 +116,7 @@ EOF
     fi
     "$PY" -c 'import livekit.rtc, livekit.agents, livekit.plugins.silero, livekit.plugins.openai, livekit.local_inference, av
 import openai.lib.streaming.chat  # what the STT parses streams with (it imports jiter only there)
-import agent.worker, token_server.app, agent.tools.convbench.many; print("imports ok: livekit", livekit.rtc.__version__)' \
+import agent.worker, token_server.app, lab.convbench.many; print("imports ok: livekit", livekit.rtc.__version__)' \
       2>&1 | tail -3 | tee -a "$OUT/machine_run.txt"
     if [ -f /tmp/gpu_many_warm.pid ]; then  # prep's engine warm-up holds GPU memory until it ends
       t=$(date +%s)
@@ -134,7 +134,7 @@ import agent.worker, token_server.app, agent.tools.convbench.many; print("import
     left=$((${BOUND_S:=420} - ($(date +%s) - began) - ${RESERVE_S:=45}))  # RESERVE_S: stop, scoring, packing
     ((left >= 30)) || { say "only ${left} s of BOUND_S=$BOUND_S left for the calls: not started"; exit 1; }
     say "many: levels ${LEVELS:=1,16,32,64}, turns ${TURNS:=2}, window ${WINDOW:=10} s, ${PROCS:=4} caller processes, ${WORKERS:=1} worker(s) over ${GPUS:=0} GPU(s) (0: unset), engine servers ${ENGINE_SERVERS:-0}, ${left} s"
-    timeout -s INT -k 15 "$left" "$PY" -m agent.tools.convbench.many --calls "$LEVELS" --turns "$TURNS" \
+    timeout -s INT -k 15 "$left" "$PY" -m lab.convbench.many --calls "$LEVELS" --turns "$TURNS" \
       --arrival-window "$WINDOW" --caller-procs "$PROCS" --workers "$WORKERS" --gpus "$GPUS" --stand-in production \
       $([ "${ENGINE_SERVERS:-0}" = 1 ] && echo --engine-servers) \
       "${tts[@]}" --script "$script" \
@@ -145,7 +145,7 @@ import agent.worker, token_server.app, agent.tools.convbench.many; print("import
     RUN_DIR=$WORK/many/stack/run LOG_DIR=$WORK/many/stack/logs ENV_FILE=/dev/null bash scripts/start_all.sh stop \
       >/dev/null 2>&1 || true
     if [ ! -f "$WORK/many/many.json" ]; then  # cut short: score the levels whose calls were recorded
-      "$PY" -m agent.tools.convbench.many --rescore --out "$WORK/many" 2>&1 | tail -30
+      "$PY" -m lab.convbench.many --rescore --out "$WORK/many" 2>&1 | tail -30
       for f in json md; do [ -f "$WORK/many/many_rescored.$f" ] && mv "$WORK/many/many_rescored.$f" "$WORK/many/many_partial.$f"; done
     fi
     for f in many.json many.md many_partial.json many_partial.md; do [ -f "$WORK/many/$f" ] && cp "$WORK/many/$f" "$OUT/"; done

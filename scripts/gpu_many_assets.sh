@@ -68,7 +68,7 @@ fi
 rm -rf "$ASSETS/dl"
 
 # the many-calls script and the clips it names (rendered here with espeak-ng; the GPU image has none)
-corpus=$("$PY" -c 'from agent.tools.convbench import corpus; print(corpus.cached(("calls",)))')
+corpus=$("$PY" -c 'from lab.convbench import corpus; print(corpus.cached(("calls",)))')
 mkdir -p "$ASSETS/rest/corpus/calls" "$ASSETS/rest/corpus/clips"
 cp "$corpus/calls/questions.json" "$ASSETS/rest/corpus/calls/"
 "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1]))

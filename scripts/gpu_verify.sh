@@ -49,7 +49,7 @@ case "$part" in
     "$PY" -m pytest -m gpu tests/gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.txt"
     "$PY" -m tts_engine bench ours --model-dir /tmp/c06 --runs 30 --warmup 3 --json "$OUT/batch1_ours.json" \
       2>&1 | tail -25 | tee "$OUT/batch1_ours.txt"
-    "$PY" -m tts_engine.bench.text_input --model-dir /tmp/c06 --runs 30 --json "$OUT/text_input.json" \
+    "$PY" -m lab.engine.text_input --model-dir /tmp/c06 --runs 30 --json "$OUT/text_input.json" \
       2>&1 | tail -25 | tee "$OUT/text_input.txt"
     ;;
   load)

@@ -143,7 +143,7 @@ JAEGER_CACHE=${JAEGER_CACHE:-$HOME/.cache/voice-agent/jaeger-$JAEGER_VERSION}
 build_jaeger() {
   local gomod
   gomod=$(mktemp -d)
-  (cd "$gomod" && go mod init voice-agent/tools >/dev/null 2>&1 \
+  (cd "$gomod" && go mod init voice-lab >/dev/null 2>&1 \
     && GOFLAGS=-mod=mod go get -tool "github.com/jaegertracing/jaeger/cmd/jaeger@v$JAEGER_VERSION" \
     && go build -o jaeger github.com/jaegertracing/jaeger/cmd/jaeger) \
     || die "building github.com/jaegertracing/jaeger/cmd/jaeger@v$JAEGER_VERSION failed (see above)"

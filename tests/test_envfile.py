@@ -1,4 +1,4 @@
-"""The shared `envfile` package: dotenv rules, no secret echo, typed readers, per-service error classes."""
+"""The shared `common.env` module: dotenv rules, no secret echo, typed readers, one ConfigError for every service."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-import envfile
-from envfile import Env, load_dotenv
+from common import env as envfile
+from common.env import ConfigError, Env, load_dotenv
 
 
 class _MyError(ValueError):
@@ -104,7 +104,7 @@ def test_typed_reader_errors_name_the_variable(call, message: str) -> None:
     with pytest.raises(ValueError) as info:
         call(env)
     assert str(info.value) == message
-    assert type(info.value) is ValueError  # the default error class
+    assert type(info.value) is ConfigError  # the default error class (a ValueError)
 
 
 def test_env_error_class_parameter() -> None:
@@ -113,10 +113,12 @@ def test_env_error_class_parameter() -> None:
         env.int("MY_INT", 1)
 
 
-def test_services_raise_their_own_config_error(tmp_path) -> None:
+def test_every_service_raises_the_one_config_error(tmp_path) -> None:
     from token_server import config as token_config
-    from tts_engine import env as tts_env
     from tts_engine.errors import ConfigError as EngineConfigError
+
+    tts_env = envfile
+    assert EngineConfigError is token_config.ConfigError is envfile.ConfigError
 
     f = tmp_path / ".env"
     f.write_text("X=1\nbroken secret-value\n")

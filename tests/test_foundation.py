@@ -7,8 +7,8 @@ import importlib
 import pytest
 
 from agent.config import AgentConfig
+from common.env import load_dotenv
 from tts_engine.config import EngineConfig, unknown_tts_variables
-from tts_engine.env import load_dotenv
 from tts_engine.errors import ConfigError
 
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-import jsonbody
+from common import jsonbody
 
 
 def nested(depth: int) -> str:

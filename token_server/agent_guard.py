@@ -52,7 +52,7 @@ from aiohttp import web
 from livekit import api
 from livekit.protocol.models import ParticipantInfo
 
-from envfile import Env
+from common.env import Env
 from token_server.config import ConfigError, ServerConfig
 
 log = logging.getLogger("token_server.agent_guard")

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-import jsonbody
+from common import jsonbody
 from token_server import agent_guard
 from token_server.config import ServerConfig
 from token_server.ratelimit import RateLimiter

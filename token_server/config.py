@@ -4,7 +4,7 @@ Contract: `ServerConfig.from_env(environ, dev=..., host=..., port=...)` returns 
 raises `ConfigError` whose message names the variable, the bad value and what is allowed. It never puts the
 API secret into a message. CLI flags (host, port, dev) override the environment.
 
-`token_server` may not import `agent` or `tts_engine`; it shares the top-level `envfile` package with them for
+`token_server` may not import `agent` or `tts_engine`; it shares the top-level `common` package with them for
 `.env` loading and typed reads (same names and ranges as the agent where they overlap, e.g. `VAD_SILENCE_MS`
 50..5000, default 200).
 """
@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from envfile import Env
-from envfile import load_dotenv as _load_dotenv
+from common.env import ConfigError, Env
+from common.env import load_dotenv as _load_dotenv
 
 # The key pair `livekit-server --dev` starts with; only ever used with --dev.
 DEV_API_KEY = "devkey"
@@ -36,10 +36,6 @@ DEFAULT_WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 def is_valid_name(value: object) -> bool:
     """True for 1-64 characters of A-Z a-z 0-9 _ - and nothing else (no trailing newline)."""
     return isinstance(value, str) and NAME_PATTERN.fullmatch(value) is not None
-
-
-class ConfigError(ValueError):
-    """A setting that is missing, does not parse or is out of range; the message names the variable."""
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "make-checkpoint": ("tts_engine.make_checkpoint_cli", "write a random-weight checkpoint in the real HF layout"),
     "check": ("tts_engine.doctor_cli", "validate a checkpoint: configs against tensor headers, no weights loaded"),
     "synthesize": ("tts_engine.synthesize_cli", "offline synthesis of one text to a 24 kHz WAV"),
-    "serve": ("tts_engine.server_cli", "HTTP server: /tts/stream, /v1/audio/speech, /tts/ws, /healthz, /metrics"),
+    "serve": ("tts_engine.server.cli", "HTTP server: /tts/stream, /v1/audio/speech, /tts/ws, /healthz, /metrics"),
     "regression": ("tts_engine.regression_cli", "regression suite and release gates; writes summary.json"),
     "replay": ("tts_engine.replay_cli", "decode dumped codes offline to WAV"),
     "bench": ("tts_engine.bench.cli", "GPU benchmarks (CUDA only)"),

@@ -11,8 +11,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tts_engine.audio_format import MAX_PACKET_FRAMES
-from tts_engine.env import Env
+from common.audio_format import MAX_PACKET_FRAMES
+from common.env import Env
 from tts_engine.errors import ConfigError
 
 #: Every TTS_* variable the engine understands; anything else starting with TTS_ is warned about.
@@ -56,7 +56,7 @@ KNOWN_TTS_VARIABLES = (
     # read by `python -m tts_engine serve` and the launch scripts (scripts/run_tts_server.sh, start_all.sh)
     "TTS_HOST",
     "TTS_PORT",
-    "TTS_API_KEY",  # these three: tts_engine/server_config.py
+    "TTS_API_KEY",  # these three: tts_engine/server/config.py
     "TTS_STREAM_IDLE_TIMEOUT_S",
     "TTS_CLIENT_MAX_STREAMS",
     "TTS_STANDALONE",
@@ -93,7 +93,7 @@ class EngineConfig:
     # default is one core fewer than the machine has: the worker's media path (WebRTC, VAD) needs a free core, or
     # its 20 ms packets leave in bursts and listeners' jitter buffers grow (docs/agent.md, "Latency at the browser").
     cpu_threads: int = 0
-    cpu_nice: int = 0  # on a CPU, raise the engine thread's nice value by this (tts_engine/niceness.py); env default 10
+    cpu_nice: int = 0  # on a CPU, raise the engine thread's nice value by this (common/niceness.py); env default 10
     cudagraph_talker: bool = True  # only meaningful on CUDA
     cudagraph_predictor: bool = True
     cudagraph_decoder: bool = True

@@ -33,13 +33,11 @@ from safetensors import safe_open
 from tts_engine.errors import CheckpointError
 from tts_engine.model.codec_config import CodecConfig, decoder_tensor_shapes
 from tts_engine.model.config import ModelConfig
+from tts_engine.model.layout import CODEC_DIR, CONFIG_FILE, GENERATION_CONFIG_FILE, TOKENIZER_FILES, WEIGHTS_FILE
 from tts_engine.model.talker import TTSWeights
 
 Shapes = dict[str, tuple[int, ...]]
 
-WEIGHTS_FILE = "model.safetensors"
-CODEC_DIR = "speech_tokenizer"
-TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json")
 TALKER_PREFIX, CODEC_PREFIX = "talker.", "decoder."
 _STACK_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                "num_key_value_heads", "head_dim", "vocab_size")
@@ -101,11 +99,11 @@ def _check_talker(root: Path, diag: Diagnosis) -> None:
     present = _header_shapes(path, diag)
     if present is None or not config_ok:
         return
-    config = json.loads((root / "config.json").read_text(encoding="utf-8"))
-    gen = json.loads((root / "generation_config.json").read_text(encoding="utf-8"))
+    config = json.loads((root / CONFIG_FILE).read_text(encoding="utf-8"))
+    gen = json.loads((root / GENERATION_CONFIG_FILE).read_text(encoding="utf-8"))
     present = {k: v for k, v in present.items() if k.startswith(TALKER_PREFIX)}
     diag.tensors[str(path)] = len(present)
-    _compare(path, root / "config.json", present, config, lambda c: _talker_shapes(c, gen), TALKER_KEYS, diag)
+    _compare(path, root / CONFIG_FILE, present, config, lambda c: _talker_shapes(c, gen), TALKER_KEYS, diag)
 
 
 def _talker_shapes(config: dict[str, Any], gen: dict[str, Any]) -> Shapes:
@@ -116,7 +114,7 @@ def _talker_shapes(config: dict[str, Any], gen: dict[str, Any]) -> Shapes:
 
 # ---- speech tokenizer --------------------------------------------------------------------------------------------
 def _check_codec(folder: Path, diag: Diagnosis) -> None:
-    config_path = folder / "config.json"
+    config_path = folder / CONFIG_FILE
     if not folder.is_dir():
         diag.problems.append(f"{folder}: required speech tokenizer folder is missing")
         return

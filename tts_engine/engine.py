@@ -33,7 +33,6 @@ import secrets
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from tts_engine.audio_format import MAX_PACKET_FRAMES, SAMPLE_RATE, SAMPLES_PER_FRAME
+from common.audio_format import MAX_PACKET_FRAMES, SAMPLE_RATE, SAMPLES_PER_FRAME
+from common.niceness import lower_thread
 from tts_engine.config import EngineConfig
 from tts_engine.errors import (
     ConfigError,
@@ -53,7 +53,6 @@ from tts_engine.errors import (
     UnknownSpeakerError,
 )
 from tts_engine.model.loader import load_model
-from tts_engine.niceness import lower_thread
 from tts_engine.runtime.admission import AdmissionPolicy, resolve_slots
 from tts_engine.runtime.chained import ChainedStream, SegmentSource, TextFitter
 from tts_engine.runtime.codedump import CodeDumper
@@ -116,7 +115,6 @@ class Engine:
         self._open: set[int] = set()  # id() of channels holding a reservation
         self._lock = threading.Lock()
         self._closed = False
-        self._end_listeners: list[Callable[[StreamMetrics], None]] = []
         self.max_buffered_frames = max(1, int(config.max_buffered_seconds * SAMPLE_RATE / SAMPLES_PER_FRAME))
         # CUDA graphs of the two step call sites, captured once here (before the worker starts), shared by all streams
         graphs = StepGraphs(
@@ -143,7 +141,7 @@ class Engine:
         if self.device.type == "cuda":  # capacity from measured step costs (CPU: every slot, nothing measured)
             self.scheduler.measure_costs(self._admit_probe, config.step_budget_ms)
         worker_tid = self.scheduler.start()
-        if self.device.type == "cpu":  # the media path first (tts_engine/niceness.py)
+        if self.device.type == "cpu":  # the media path first (common/niceness.py)
             lower_thread(worker_tid, config.cpu_nice)
         self.warmup_s: float | None = None
         self._fitter = TextFitter(self.codegen.max_seq_len, model.config.supports_instruct, model.tokenizer)
@@ -403,12 +401,6 @@ class Engine:
                     "model_dir": self.config.model_dir,
                 },
             )
-        for listener in self._end_listeners:
-            listener(req.metrics)
-
-    def add_end_listener(self, listener: Callable[[StreamMetrics], None]) -> None:
-        """`listener(metrics)` runs on the worker thread when any stream ends; keep it short, thread-safe."""
-        self._end_listeners.append(listener)
 
     def flush_code_dumps(self) -> None:
         if self._dumper is not None:

@@ -6,6 +6,11 @@ and what is allowed, so servers can map it to a 4xx and the engine stays usable 
 
 from __future__ import annotations
 
+from common.env import ConfigError  # the project's one configuration error, re-exported for the engine's callers
+
+__all__ = ["CheckpointError", "ConfigError", "EmptyTextError", "EngineBusyError", "TTSInputError", "TextFeedFull",
+           "TextTooLongError", "UnknownLanguageError", "UnknownSpeakerError"]
+
 
 class TTSInputError(ValueError):
     """A request the engine refuses (bad text, speaker, language or option)."""
@@ -50,10 +55,6 @@ class TextFeedFull(TTSInputError):
 
 class CheckpointError(ValueError):
     """A checkpoint directory that is missing, incomplete or of the wrong shape. Names the file."""
-
-
-class ConfigError(ValueError):
-    """A configuration value that does not parse or is out of range. Names the variable."""
 
 
 class EngineBusyError(RuntimeError):

@@ -10,7 +10,7 @@ import argparse
 import sys
 import time
 
-PRESETS = ("tiny", "0.6b", "1.7b")  # tts_engine/model/factory.py PRESETS
+from tts_engine.model.layout import PRESETS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -38,12 +38,12 @@ from typing import Any
 
 import numpy as np
 
-from tts_engine.audio_format import SAMPLE_RATE
+from common.audio_format import SAMPLE_RATE
+from common.env import load_dotenv
+from common.percentiles import percentiles
 from tts_engine.config import EngineConfig
 from tts_engine.engine import Engine
-from tts_engine.env import load_dotenv
 from tts_engine.errors import CheckpointError, ConfigError
-from tts_engine.percentiles import percentiles
 from tts_engine.replay import decode_codes
 from tts_engine.runtime.codedump import write_code_dump
 from tts_engine.runtime.wav import read_wav, wav_bytes

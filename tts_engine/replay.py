@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from tts_engine.model.codec import CodecDecoder
+from tts_engine.model.layout import CODEC_DIR
 from tts_engine.model.loader import resolve_device
 from tts_engine.runtime.frame_step import pcm_to_int16
 
@@ -36,5 +37,5 @@ def decode_codes(decoder: torch.nn.Module, codes: np.ndarray, mode: str = "singl
 
 
 def load_decoder(model_dir: str | Path, device: str = "auto") -> torch.nn.Module:
-    folder = Path(model_dir) / "speech_tokenizer"
+    folder = Path(model_dir) / CODEC_DIR
     return CodecDecoder.from_pretrained(folder, resolve_device(device))

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tts_engine.audio_format import SAMPLE_RATE, SAMPLES_PER_FRAME
-from tts_engine.env import Env
+from common.audio_format import SAMPLE_RATE, SAMPLES_PER_FRAME
+from common.env import Env
 from tts_engine.model.loader import load_model
 from tts_engine.runtime.codegen import CodeGenerator, SamplingParams
 from tts_engine.runtime.wav import wav_bytes

@@ -6,7 +6,7 @@
 // so each failure gets its own clear message: no mic, token error, LiveKit unreachable.
 // Playback runs through that audio context (livekit-client's webAudioMix): the agent's track passes a
 // PlaybackGate, which closes when the agent says it cut its reply (data topic "voice_agent.cut",
-// agent/cut_notice.py) and opens when it speaks again, so a barge-in silences the agent here within a few ms
+// agent/turn/cut_notice.py) and opens when it speaks again, so a barge-in silences the agent here within a few ms
 // instead of after WebRTC's buffers drain. The agent's meter listens after the gate: it measures what is heard.
 // The agent's presence (AgentWatch below): the page follows the newest agent in the room, says so when it is lost
 // ("reconnecting": the token server's agent guard dispatches a new one) and never waits without a bound: after

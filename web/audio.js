@@ -19,7 +19,7 @@
 // can take `new LevelMeters({ latencyHint: "interactive" })`; the page passes `?audio_latency=interactive`.
 //
 // PlaybackGate: a GainNode in the agent's playback path (a livekit-client web-audio plugin). `close()` ramps it
-// to 0 within `rampMs`: the agent cut its reply (agent/cut_notice.py), and what WebRTC still delivers of it
+// to 0 within `rampMs`: the agent cut its reply (agent/turn/cut_notice.py), and what WebRTC still delivers of it
 // (~100 ms in flight and in the jitter buffer) must not be heard. `open()` lets the next reply through; the
 // gate also opens by itself after `maxClosedMs`, so a lost "speaking" state can never mute the agent for good.
 

@@ -18,14 +18,14 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
-from tts_engine.errors import ConfigError
+from common.env import ConfigError
 
 logger = logging.getLogger("agent.local")
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL_LLM_MODEL = "smollm2-135m-instruct"
 # nice value added to the embedded models' compute (llama.cpp's process, whisper's thread; the TTS engine has
-# TTS_DEEP_STREAM_CPU_NICE): on the CPU they share with WebRTC, audio must win (tts_engine/niceness.py)
+# TTS_DEEP_STREAM_CPU_NICE): on the CPU they share with WebRTC, audio must win (common/niceness.py)
 COMPUTE_NICE = 10
 DEFAULT_CHECKPOINT_DIR = ROOT / "checkpoints" / "random-tiny"
 RANDOM_WEIGHTS_WARNING = (
@@ -62,7 +62,7 @@ def ensure_random_checkpoint(target: Path = DEFAULT_CHECKPOINT_DIR, *, seed: int
         fcntl.flock(lock, fcntl.LOCK_EX)  # a second worker waits here, then finds the checkpoint
         if (target / "model.safetensors").is_file():
             return target
-        from tts_engine.model.factory import make_checkpoint
+        from tts_engine import make_checkpoint
 
         tmp = target.parent / f".{target.name}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)

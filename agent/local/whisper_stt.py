@@ -33,7 +33,7 @@ from livekit.agents.types import NOT_GIVEN, NotGivenOr
 
 from agent.local.defaults import COMPUTE_NICE
 from agent.stt import ObservedSTT, STTObserver, final_transcript, frame_16k
-from tts_engine.niceness import lower_thread
+from common.niceness import lower_thread
 
 _lock = threading.Lock()
 _models: dict[tuple[str, int], Any] = {}

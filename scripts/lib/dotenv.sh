@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # load_env_file FILE: export KEY=VALUE lines of a .env file into the shell. Variables already set in the
-# environment win (the same rule as tts_engine.env.load_dotenv). Blank lines, '#' comments, an optional
+# environment win (the same rule as common.env.load_dotenv). Blank lines, '#' comments, an optional
 # 'export ' prefix and one pair of surrounding quotes are accepted; anything else stops with a message.
 load_env_file() {
   local file=$1 line key value lineno=0

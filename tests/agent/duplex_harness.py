@@ -30,6 +30,7 @@ from livekit.agents.voice import io
 
 from agent.config import AgentConfig
 from agent.engine_client import RemotePacket
+from agent.turn.options import TurnMode, TurnOptions
 
 MIC_RATE = 16_000
 MIC_FRAME_MS = 20
@@ -205,20 +206,25 @@ class ScriptedBackend:
         return None
 
 
-def fast_config(base_url: str, **overrides: Any) -> AgentConfig:
-    """Real config, endpoints on the fake server, short timings so a schedule runs in tens of ms."""
+def fast_config(base_url: str, *, turn_handling: str = "ours", **overrides: Any) -> AgentConfig:
+    """Real config, endpoints on the fake server, short timings so a schedule runs in tens of ms. `overrides` may
+    name fields of AgentConfig or of its TurnOptions (agent/turn/options.py)."""
     base = AgentConfig.from_env({})
-    values: dict[str, Any] = dict(
-        stt_base_url=base_url, llm_base_url=base_url, aec_warmup_s=0.0, resume_false_interruption=False,
-        min_endpointing=0.0, interrupt_min_speech_s=0.04, stt_timeout_s=2.0, llm_timeout_s=2.0,
-        api_max_retry=0, enable_continuation=False, traces_dir="", eot_max_delay_s=0.05, eot_medium_delay_s=0.03,
-        overlap_confirm_s=0.04,
+    turn: dict[str, Any] = dict(
+        mode=TurnMode(turn_handling), resume_false_interruption=False, min_endpointing_s=0.0,
+        interrupt_min_speech_s=0.04, eot_max_delay_s=0.05, eot_medium_delay_s=0.03, overlap_confirm_s=0.04,
         # off: its extra STT requests would take the schedule's scripted STT outcomes; the cut it makes is the
         # public AgentSession.interrupt(), which the schedules' API cuts already drive
         overlap_early_words=False,
     )
-    values.update(overrides)
-    return dataclasses.replace(base, **values)
+    values: dict[str, Any] = dict(
+        stt_base_url=base_url, llm_base_url=base_url, aec_warmup_s=0.0, stt_timeout_s=2.0, llm_timeout_s=2.0,
+        api_max_retry=0, enable_continuation=False, traces_dir="",
+    )
+    turn_fields = {f.name for f in dataclasses.fields(TurnOptions)}
+    for name, value in overrides.items():
+        (turn if name in turn_fields else values)[name] = value
+    return dataclasses.replace(base, turn=dataclasses.replace(base.turn, **turn), **values)
 
 
 class StarvationClock:

@@ -20,12 +20,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.duplex import State
 from agent.output import FrameRecord
-from agent.tools.fake_openai import FakeOpenAIServer, Script
 from agent.tracing import Outcome
-from agent.turn_text import OverlapKind
+from agent.turn.controller import State
+from agent.turn.words import OverlapKind
 from agent.voice import Call
+from lab.fake_openai import FakeOpenAIServer, Script
 from tests.agent.duplex_harness import (
     EnergyVAD,
     FastSource,

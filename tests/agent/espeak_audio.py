@@ -8,7 +8,7 @@ import numpy as np
 def speech(text: str, rate: int, *, lead_s: float = 0.5, noise_db: float | None = None) -> np.ndarray:
     """`text` spoken at `rate` Hz after `lead_s` of silence and before 1 s of it; over white noise at `noise_db`
     dBFS if given."""
-    from agent.tools.callbench.speech import RATE, speak
+    from lab.callbench.speech import RATE, speak
 
     pcm = speak(text).astype(np.float64)
     pcm = np.interp(np.arange(0, len(pcm), RATE / rate), np.arange(len(pcm)), pcm)

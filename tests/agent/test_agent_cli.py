@@ -28,8 +28,8 @@ def test_help_lists_every_command_with_one_line() -> None:
     listing = result.stdout.replace("\n                  ", " ")  # argparse wraps long help lines
     for name, line in COMMANDS.items():
         assert f"{name}" in listing and " ".join(line.split()) in " ".join(listing.split()), name
-    assert set(COMMANDS) == {"preflight", "dev", "start", "download-files", "simulate", "standby", "recover",
-                              "console", "connect"}
+    assert set(COMMANDS) == {"preflight", "dev", "start", "download-files", "simulate", "stress", "trace-review",
+                              "standby", "recover", "console", "connect"}
     # nothing heavy is imported to print it
     probe = subprocess.run([sys.executable, "-c", "import sys; sys.argv=['agent','--help']\n"
                             "from agent.__main__ import main\ntry: main()\nexcept SystemExit: pass\n"
@@ -38,7 +38,7 @@ def test_help_lists_every_command_with_one_line() -> None:
     assert "HEAVY []" in probe.stdout, probe.stdout[-500:] + probe.stderr[-500:]
 
 
-@pytest.mark.parametrize("command", ["dev", "start", "simulate"])
+@pytest.mark.parametrize("command", ["dev", "start", "simulate", "stress", "trace-review"])
 def test_each_command_has_its_own_help(command: str) -> None:
     result = run_agent(command, "--help")
     assert result.returncode == 0, result.stderr

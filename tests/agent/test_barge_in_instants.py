@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from agent.tools.fake_openai import FakeOpenAIServer
+from lab.fake_openai import FakeOpenAIServer
 from tests.agent.duplex_harness import EnergyVAD, ScriptedBackend
 from tests.agent.duplex_schedule import MILESTONES, Cut, ScheduleRunner, TurnPlan
 

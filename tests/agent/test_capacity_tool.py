@@ -1,4 +1,4 @@
-"""agent/tools/capacity.py's reading of a run: levels from the worker's stats lines and traces, the knee, the
+"""lab/capacity.py's reading of a run: levels from the worker's stats lines and traces, the knee, the
 capacity and the settings it recommends. The run itself (real stack, real callers) is the tool; this checks the
 arithmetic on records in the stats file's and the traces' own shapes."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.tools import capacity
+from lab import capacity
 
 
 def stats_row(t: float, cores: float, share: float, lag_p95: float = 1.0) -> dict:

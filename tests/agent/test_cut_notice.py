@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agent.cut_notice import CUT_TOPIC, CutNotice
+from agent.turn.cut_notice import CUT_TOPIC, CutNotice
 
 
 class FakeParticipant:
@@ -40,7 +40,7 @@ async def test_each_cut_is_one_reliable_packet_on_the_topic() -> None:
 
 async def test_a_failed_publish_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
     notice = CutNotice(FakeParticipant(fail=True))  # type: ignore[arg-type]
-    with caplog.at_level(logging.WARNING, logger="agent.cut_notice"):
+    with caplog.at_level(logging.WARNING, logger="agent.turn.cut_notice"):
         notice("r1")
         await asyncio.sleep(0.01)
     assert notice.sent == 0 and "cut notice not sent" in caplog.text

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from agent.duplex import LEGAL, DuplexController, State
 from agent.tracing import TraceCollector
+from agent.turn.controller import LEGAL, DuplexController, State
 
 
 class FakeOutput:
@@ -111,7 +111,7 @@ EXPECTED_LEGAL = {
 def test_transition_table(old: State, new: State, caplog: pytest.LogCaptureFixture) -> None:
     controller, _ = make()
     controller.state = old
-    with caplog.at_level(logging.WARNING, logger="agent.duplex"):
+    with caplog.at_level(logging.WARNING, logger="agent.turn.controller"):
         ok = controller.transition(new, "test")
     legal = (old, new) in EXPECTED_LEGAL
     assert ok is legal
@@ -154,7 +154,7 @@ def test_stt_request_before_the_end_of_speech_is_kept_for_that_turn() -> None:
 
 
 def test_an_empty_stt_outcome_before_its_end_of_speech_ends_that_turn() -> None:
-    """agent/early_stt.py: an utterance sent at the pause can be transcribed to nothing before its END_OF_SPEECH
+    """agent/turn/early_stt.py: an utterance sent at the pause can be transcribed to nothing before its END_OF_SPEECH
     reaches the controller; the empty transcript then ends that turn, not the one before."""
     controller, _ = make()
     controller.on_user_speech_started(99.0)
@@ -270,7 +270,7 @@ def test_speech_interrupted_before_its_reply_gives_a_closed_reply() -> None:
 
 
 def test_the_words_are_current_once_the_latest_speech_is_transcribed_and_gone_on() -> None:
-    """What agent/end_of_turn.py asks before it judges words: the framework's VAD can end a speech before its STT
+    """What agent/turn/end_of_turn.py asks before it judges words: the framework's VAD can end a speech before its STT
     outcome is in, and would be judged on the transcript of the speech before."""
     controller, _ = make()
     assert controller.words_current()  # nothing said yet
@@ -301,7 +301,7 @@ def test_a_pause_inside_the_turn_is_held_and_the_early_answer_thrown_away_unhear
     reply = controller.begin_reply("early")
     reply.mark("llm_request", 1.9)
     held = {"words": "neutral", "p_voice": 0.2, "threshold": 0.36, "wait": "medium"}
-    controller.on_turn_decision(dict(held))  # agent/end_of_turn.py judged the pause: the medium wait
+    controller.on_turn_decision(dict(held))  # agent/turn/end_of_turn.py judged the pause: the medium wait
     assert controller.state is State.HOLDING  # not committed: nothing may be heard
     controller.on_user_speech_started(2.2)  # the caller goes on after a 700 ms pause
     assert dropped == [1] and reply.closed and not controller.frame_allowed("early")

@@ -40,7 +40,7 @@ from _pytest.logging import LogCaptureHandler  # what pytest's log capture keeps
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.tools.fake_openai import FakeOpenAIServer
+from lab.fake_openai import FakeOpenAIServer
 from tests.agent.duplex_harness import EnergyVAD, ScriptedBackend, TTSPlan
 from tests.agent.duplex_schedule import MILESTONES, Cut, ScheduleRunner, TurnPlan
 
@@ -245,7 +245,7 @@ def test_the_schedules_leave_memory_flat(stage: Stage) -> None:
 def test_the_memory_check_sees_a_kept_call(stage: Stage, monkeypatch: Any) -> None:
     """The memory check is not vacuous: a product that keeps each call's controller (its replies, utterances and
     what they hold) after the call ends grows each pass past the bound."""
-    from agent.duplex import DuplexController
+    from agent.turn.controller import DuplexController
 
     if len(stage.plans) < 40:
         pytest.skip(f"needs the property run of this module first ({len(stage.plans)} plans recorded)")
@@ -267,7 +267,7 @@ def test_the_memory_check_sees_a_kept_call(stage: Stage, monkeypatch: Any) -> No
 def test_the_harness_can_see_a_violation(stage: Stage, monkeypatch: Any) -> None:
     """The invariants are not vacuous: a controller that ignores the speech's end (the pre-fix wiring)
     is caught by the same checks on a 0 ms cut."""
-    from agent.duplex import DuplexController
+    from agent.turn.controller import DuplexController
 
     monkeypatch.setattr(DuplexController, "on_speech_done", lambda self, key, *, interrupted: None)
     monkeypatch.setattr(DuplexController, "on_speech_interrupted", lambda self, key, t=None: None)
@@ -276,7 +276,8 @@ def test_the_harness_can_see_a_violation(stage: Stage, monkeypatch: Any) -> None
     monkeypatch.setattr(DuplexController, "on_speech_created", lambda self, key, **kw: None)
     violations = stage.run([TurnPlan(cut=Cut("api", "speech_created")), TurnPlan()], ("vad", 0.04))
     assert any(v.startswith("stuck") for v in violations), violations
-    assert any(v.startswith("log of this schedule") and "agent.duplex" in v for v in violations), violations[-1][:500]
+    assert any(v.startswith("log of this schedule") and "agent.turn.controller" in v for v in violations), \
+        violations[-1][:500]
 
 
 def test_the_starvation_clock_counts_a_stopped_process_not_a_blocked_loop() -> None:

@@ -1,4 +1,4 @@
-"""agent/early_stt.py on the real Silero plugin (as the worker loads it) and espeak-ng speech: the utterance goes
+"""agent/turn/early_stt.py on the real Silero plugin (as the worker loads it) and espeak-ng speech: the utterance goes
 to STT at the pause, the transcript is the same audio the end of the turn would have sent less the rest of the
 hangover, speech after the pause cancels the attempt, and the observer sees one request and one outcome per turn.
 
@@ -17,8 +17,8 @@ from livekit import rtc
 from livekit.agents import APIConnectionError, APIConnectOptions, stt, utils
 
 from agent.config import AgentConfig
-from agent.early_stt import EarlyTranscriber
 from agent.stt import ObservedSTT, STTObserver, final_transcript
+from agent.turn.early_stt import EarlyTranscriber
 from agent.vad import hangover_windows, load_vad
 from tests.agent.espeak_audio import speech
 

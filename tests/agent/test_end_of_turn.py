@@ -12,8 +12,8 @@ import pytest
 from livekit import rtc
 from livekit.agents import llm
 
-from agent.end_of_turn import EndOfTurn, Wait, choose_wait, last_user_text
-from agent.turn_text import Completeness
+from agent.turn.end_of_turn import EndOfTurn, Wait, choose_wait, last_user_text
+from agent.turn.words import Completeness
 
 
 @pytest.mark.parametrize(

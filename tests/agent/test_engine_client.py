@@ -19,7 +19,7 @@ async def collect(backend: Any, text: str) -> np.ndarray:
 
 
 async def test_local_and_remote_give_the_same_pcm(tiny_engine: Any) -> None:
-    from tts_engine.server import start_server
+    from tts_engine.server.app import start_server
 
     local = LocalBackend(tiny_engine, max_frames_per_segment=3)
     runner, port, _ = await start_server(tiny_engine)
@@ -42,7 +42,7 @@ async def test_the_remote_backend_serves_each_call_on_its_own_event_loop(tiny_en
     """The THREAD executor runs every call on its own event loop in its own thread, and the backend is the
     process's: a call that comes after another call's loop has closed still gets its audio (one HTTP session per
     loop; a process-wide one failed with 'Event loop is closed' from the first call's end on)."""
-    from tts_engine.server import start_server
+    from tts_engine.server.app import start_server
 
     runner, port, _ = await start_server(tiny_engine)
     remote = RemoteBackend(f"http://127.0.0.1:{port}", max_frames_per_segment=2)
@@ -65,8 +65,8 @@ async def test_the_remote_backend_serves_each_call_on_its_own_event_loop(tiny_en
 
 
 async def test_the_remote_backend_sends_the_servers_api_key(tiny_engine: Any, monkeypatch: Any) -> None:
-    from tts_engine.server import start_server
-    from tts_engine.server_config import ServerConfig
+    from tts_engine.server.app import start_server
+    from tts_engine.server.config import ServerConfig
 
     runner, port, _ = await start_server(tiny_engine, config=ServerConfig(api_keys=("k-agent", "k-other")))
     monkeypatch.setenv("TTS_API_KEY", "k-agent, k-other")  # the shared .env: the agent sends the first key

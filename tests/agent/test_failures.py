@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from agent.config import AgentConfig
-from agent.duplex import State
-from agent.tools.fake_openai import FakeOpenAIServer
-from agent.tools.simulate import SimOptions, load_vad, run_call
+from agent.turn.controller import State
 from agent.voice import Apology
+from lab.fake_openai import FakeOpenAIServer
+from lab.simulate import SimOptions, load_vad, run_call
 
 pytestmark = pytest.mark.skipif(
     subprocess.run(["which", "espeak-ng"], capture_output=True).returncode != 0, reason="needs espeak-ng"

@@ -9,7 +9,7 @@ import logging
 import aiohttp
 import pytest
 
-from agent.tools.fake_openai import FakeOpenAIServer, Script
+from lab.fake_openai import FakeOpenAIServer, Script
 
 
 async def test_client_disconnect_mid_stream_is_not_an_error(caplog: pytest.LogCaptureFixture) -> None:

@@ -1,7 +1,7 @@
 """The caller's language, end to end on the production path (docs/agent.md "The caller's language"): OmniSTT's
 transcript names its language (SpeechData.language), the LLM gets the transcript under instructions to answer in
 the user's language, and every TTS request of the reply carries it (Qwen3-TTS's name); the TextBridge cuts the
-streamed Chinese reply at its own punctuation. The fake vLLM (agent/tools/fake_openai.py) answers in Chinese."""
+streamed Chinese reply at its own punctuation. The fake vLLM (lab/fake_openai.py) answers in Chinese."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import pytest
 from agent.config import AgentConfig
 from agent.engine_client import LocalBackend
 from agent.stt import final_transcript, language_of_text
-from agent.tools.simulate import SimOptions, load_vad, run_call
 from agent.tts import QwenTTS
+from lab.simulate import SimOptions, load_vad, run_call
 from tts_engine.text.segment import CJK_CLAUSE, CJK_SENTENCE
 
 CHINESE_QUESTION = "你好，今天天气怎么样？"

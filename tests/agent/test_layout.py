@@ -1,7 +1,7 @@
 """The tree tells the story: what ships in the worker never imports what drives or fakes it; no two modules import
 each other (directly or round a longer loop); no module waives the private-name rule to reach into another; and a
 module past ~600 lines is flagged as a prompt to look (a warning, not a reason to split: one idea may be long); the
-audio format is defined once (tts_engine/audio_format.py)."""
+audio format is defined once (common/audio_format.py)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,10 @@ from pathlib import Path
 import networkx as nx
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT_PACKAGES = ("agent", "tts_engine", "token_server", "envfile", "jsonbody")
-# tools inside product packages: they drive or measure the product, never run in a server or the worker
-TOOL_FOLDERS = ("tts_engine/bench", "agent/tools")
+PRODUCT_PACKAGES = ("agent", "tts_engine", "token_server", "common")
+LAB = "lab"  # what drives, fakes and measures the product: top level, never imported by it, never installed
 LOOK_AT_LINES = 600
-AUDIO_FORMAT = ROOT / "tts_engine" / "audio_format.py"
+AUDIO_FORMAT = ROOT / "common" / "audio_format.py"
 
 WORKER_GRAPH = """
 import json, sys
@@ -29,10 +28,10 @@ print(json.dumps(sorted(sys.modules)))
 """
 
 
-def modules() -> dict[str, Path]:
-    """Every module of the product packages (tools included), by dotted name."""
+def modules(packages: tuple[str, ...] = (*PRODUCT_PACKAGES, LAB)) -> dict[str, Path]:
+    """Every module of the given packages (the product's and the lab's by default), by dotted name."""
     out = {}
-    for package in PRODUCT_PACKAGES:
+    for package in packages:
         for path in (ROOT / package).rglob("*.py"):
             parts = list(path.relative_to(ROOT).with_suffix("").parts)
             if parts[-1] == "__init__":
@@ -77,9 +76,35 @@ def test_the_worker_import_graph_holds_no_tool_or_test_module() -> None:
     out = subprocess.run([sys.executable, "-c", WORKER_GRAPH], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     loaded = json.loads(out.stdout.strip().splitlines()[-1])
-    leaked = [m for m in loaded if m.split(".")[0] == "tests" or m.startswith("agent.tools")]
+    leaked = [m for m in loaded if m.split(".")[0] in ("tests", LAB)]
     assert leaked == [], f"the worker imports tool/test modules: {leaked}"
     assert "agent.worker" in loaded and "agent.local.whisper_stt" in loaded
+
+
+def test_no_product_module_imports_the_lab_or_the_tests() -> None:
+    """Anywhere in a file (inside functions too): the product runs from an installed package that has neither."""
+    known = modules()
+    product = modules(PRODUCT_PACKAGES)
+    reach = {name: sorted(t for t in imports_of(name, path, known) if t.split(".")[0] in (LAB, "tests"))
+             for name, path in product.items()}
+    assert {name: targets for name, targets in reach.items() if targets} == {}
+
+
+def test_the_agent_uses_the_engine_only_through_its_public_names() -> None:
+    """`agent` imports `tts_engine` itself (the names its __init__ exports), never one of its modules."""
+    known = modules()
+    reach = {name: sorted(t for t in imports_of(name, path, known) if t.startswith("tts_engine."))
+             for name, path in modules(("agent",)).items()}
+    assert {name: targets for name, targets in reach.items() if targets} == {}
+
+
+def test_the_product_packages_hold_only_code() -> None:
+    """Results (JSON, tables, plots, audio) are data in results/ at the top, not files a worker installs."""
+    listed = subprocess.run(["git", "ls-files", *PRODUCT_PACKAGES], cwd=ROOT, capture_output=True, text=True,
+                            check=True).stdout.split()
+    assert [f for f in listed if not f.endswith(".py")] == []
+    assert not (ROOT / "lab" / "results").exists()
+    assert (ROOT / "results" / "README.md").is_file()
 
 
 def test_no_modules_import_each_other() -> None:
@@ -111,16 +136,15 @@ def test_no_module_waives_the_private_name_rule() -> None:
 def test_long_modules_are_flagged_for_a_look() -> None:
     long = {
         str(path.relative_to(ROOT)): n
-        for path in modules().values()
-        if not str(path.relative_to(ROOT)).startswith(TOOL_FOLDERS)
-        and (n := len(path.read_text(encoding="utf-8").splitlines())) > LOOK_AT_LINES
+        for path in modules(PRODUCT_PACKAGES).values()
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > LOOK_AT_LINES
     }
     if long:
         warnings.warn(f"modules past {LOOK_AT_LINES} lines (look: one idea, or two?): {long}", stacklevel=1)
 
 
 def audio_format() -> dict[str, object]:
-    """The names tts_engine/audio_format.py assigns, with their values where they are literals."""
+    """The names common/audio_format.py assigns, with their values where they are literals."""
     out: dict[str, object] = {}
     for node in ast.parse(AUDIO_FORMAT.read_text(encoding="utf-8")).body:
         if isinstance(node, ast.Assign | ast.AnnAssign):
@@ -140,12 +164,12 @@ def _literal(node: ast.AST | None) -> object:
 
 def second_definitions(path: Path, names: dict[str, object]) -> list[str]:
     """Where `path` defines the audio format again: a literal of the sample rate or frame size anywhere in its code,
-    or a module- or class-level assignment of one of audio_format's names to the same value (another quantity under
-    the same name, such as the VAD's 16 kHz SAMPLE_RATE, is not one)."""
-    rate, frame = names["SAMPLE_RATE"], names["SAMPLES_PER_FRAME"]
+    the speech models' 16 kHz anywhere in its code, or a module- or class-level assignment of one of audio_format's
+    names to the same value."""
+    rates = (names["SAMPLE_RATE"], names["SAMPLES_PER_FRAME"], names["SPEECH_SAMPLE_RATE"])
     tree = ast.parse(path.read_text(encoding="utf-8"))
     found = [f"{node.lineno}: {node.value}" for node in ast.walk(tree)
-             if isinstance(node, ast.Constant) and type(node.value) is int and node.value in (rate, frame)]
+             if isinstance(node, ast.Constant) and type(node.value) is int and node.value in rates]
     scopes = [tree.body] + [node.body for node in ast.walk(tree) if isinstance(node, ast.ClassDef)]
     for body in scopes:
         for node in body:
@@ -160,10 +184,11 @@ def second_definitions(path: Path, names: dict[str, object]) -> list[str]:
 
 
 def test_the_audio_format_is_defined_once() -> None:
-    """Issue 31: 24 kHz and 1920 samples per frame live in tts_engine/audio_format.py; every other module of the
+    """Issue 31: 24 kHz and 1920 samples per frame live in common/audio_format.py; every other module of the
     product packages (tools included) imports them from there."""
     names = audio_format()
     assert names["SAMPLE_RATE"] == 24_000 and names["SAMPLES_PER_FRAME"] == 1920
+    assert names["SPEECH_SAMPLE_RATE"] == 16_000
     again = {
         str(path.relative_to(ROOT)): where
         for path in modules().values()
@@ -175,8 +200,9 @@ def test_the_audio_format_is_defined_once() -> None:
 def test_the_audio_format_rule_sees_a_second_definition(tmp_path: Path) -> None:
     names = audio_format()
     flagged = {"SAMPLE_RATE = 24_000\n": True, "RATE = 24000\n": True, "def f(rate=24_000): ...\n": True,
-               "class A:\n    SAMPLES_PER_FRAME = 1920\n": True, "SAMPLE_RATE = 16_000\n": False,
-               "from tts_engine.audio_format import SAMPLE_RATE\nRATE = SAMPLE_RATE\n": False,
+               "class A:\n    SAMPLES_PER_FRAME = 1920\n": True, "SAMPLE_RATE = 16_000\n": True,
+               "VAD_RATE = SPEECH_SAMPLE_RATE\n": False,
+               "from common.audio_format import SAMPLE_RATE\nRATE = SAMPLE_RATE\n": False,
                "SAMPLES_PER_FRAME = SAMPLE_RATE * 80 // 1000\n": True, '"""24000 Hz"""\n': False}
     for source, expected in flagged.items():
         path = tmp_path / "m.py"

@@ -16,7 +16,7 @@ from livekit.agents.ipc.job_thread_executor import ThreadJobExecutor
 from livekit.agents.voice.speech_handle import SpeechHandle
 
 from agent import livekit_internals as lk
-from agent.tools.fake_openai import FakeOpenAIServer
+from lab.fake_openai import FakeOpenAIServer
 from tests.agent.duplex_harness import EnergyVAD, ScriptedBackend
 from tests.agent.duplex_schedule import Cut, ScheduleRunner, TurnPlan
 

@@ -9,7 +9,7 @@ from livekit.agents import APIConnectOptions, llm
 
 from agent.config import AgentConfig
 from agent.llm import build_llm, llm_client, stream_with_continuation
-from agent.tools.fake_openai import FakeOpenAIServer, Script
+from lab.fake_openai import FakeOpenAIServer, Script
 
 REPLY = "one two three four five six seven eight nine ten."
 

@@ -22,7 +22,7 @@ port=; name=
 while [ $# -gt 0 ]; do
   case $1 in --port) port=$2; shift 2;; --served-model-name) name=$2; shift 2;; *) shift;; esac
 done
-exec "{python}" -m agent.tools.fake_openai --port "$port" --model "$name"
+exec "{python}" -m lab.fake_openai --port "$port" --model "$name"
 """
 
 

@@ -14,7 +14,7 @@ from agent.config import AgentConfig
 from agent.local import llm_server
 from agent.local.defaults import LOCAL_LLM_MODEL, ensure_random_checkpoint
 from agent.preflight import report, run_checks
-from agent.tools.callbench.speech import speak
+from lab.callbench.speech import speak
 from tts_engine.config import EngineConfig
 from tts_engine.errors import ConfigError
 

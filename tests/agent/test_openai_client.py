@@ -10,8 +10,8 @@ import pytest
 from agent import openai_client
 from agent.llm import build_llm, llm_client
 from agent.stt import OmniSTT
-from agent.tools.fake_openai import FakeOpenAIServer
 from agent.voice import Call
+from lab.fake_openai import FakeOpenAIServer
 from tests.agent.duplex_harness import EnergyVAD, ScriptedBackend, fast_config
 
 

@@ -133,7 +133,7 @@ async def test_a_queue_that_ran_dry_mid_segment_is_a_counted_gap() -> None:
 
 
 async def test_a_cut_that_truncates_audio_is_told_once() -> None:
-    """on_cut (the page's cut notice, agent/cut_notice.py) fires once per reply whose audio a cut truncated:
+    """on_cut (the page's cut notice, agent/turn/cut_notice.py) fires once per reply whose audio a cut truncated:
     the controller's silence and the framework's clear_buffer of the same reply tell it once; a cut with
     nothing playing tells nothing."""
     told: list[str | None] = []

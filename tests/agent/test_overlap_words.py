@@ -1,4 +1,4 @@
-"""OverlapWords (agent/overlap_words.py): speech over the answer transcribed while it goes on; a cue cuts."""
+"""OverlapWords (agent/turn/overlap_words.py): speech over the answer transcribed while it goes on; a cue cuts."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 from livekit import rtc
 from livekit.agents import stt
 
-from agent.overlap_words import EVERY_S, FIRST_S, LEAD_S, MAX_ATTEMPTS, OverlapWords
 from agent.stt import final_transcript
+from agent.turn.overlap_words import EVERY_S, FIRST_S, LEAD_S, MAX_ATTEMPTS, OverlapWords
 
 RATE = 16000
 FRAME_S = 0.02

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from agent.process_tuning import release_free_memory
-from agent.tools.process_probes import rss_parts_mb
+from common.process import release_free_memory
+from lab.process_probes import rss_parts_mb
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc_trim is Linux-only")

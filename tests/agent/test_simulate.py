@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from agent.config import AgentConfig
-from agent.tools.simulate import SimOptions, load_vad, run_call, summarize
+from lab.simulate import SimOptions, load_vad, run_call, summarize
 
 pytestmark = pytest.mark.skipif(
     subprocess.run(["which", "espeak-ng"], capture_output=True).returncode != 0, reason="needs espeak-ng"
@@ -40,7 +40,7 @@ async def test_three_turn_call(sim_backend: Any, tmp_path: Path) -> None:
         points = dict(trace["points"])
         sent, committed = points.pop("stt_request"), points.pop("turn_committed")
         assert list(points.values()) == sorted(points.values())
-        # the early transcriber sent the words at the pause, inside the hangover (agent/early_stt.py)
+        # the early transcriber sent the words at the pause, inside the hangover (agent/turn/early_stt.py)
         assert points["vad_speech_start"] < sent < 0.0 <= points["stt_done"]
         # the answer may be prepared before the commit (TURN_HANDLING=ours), never heard before it
         assert points["stt_done"] <= committed <= points["first_frame_published"]

@@ -1,8 +1,8 @@
-"""agent/tools/stress_instants.py: which trace outcome tells the truth about a cut round."""
+"""lab/stress_instants.py: which trace outcome tells the truth about a cut round."""
 
 from __future__ import annotations
 
-from agent.tools.stress_instants import Round
+from lab.stress_instants import Round
 
 
 def test_an_interrupted_turn_is_truthful_and_an_answered_one_is_not() -> None:

@@ -14,7 +14,7 @@ from livekit import rtc
 from livekit.agents import APIConnectOptions, APIStatusError, APITimeoutError
 
 from agent.stt import OmniSTT, STTObserver
-from agent.tools.fake_openai import FakeOpenAIServer, Script
+from lab.fake_openai import FakeOpenAIServer, Script
 
 
 def utterance(rate: int = 48_000, seconds: float = 0.5) -> list[rtc.AudioFrame]:

@@ -103,7 +103,7 @@ def test_empty_traces_dir_writes_nothing(tmp_path, monkeypatch) -> None:  # type
 
 
 def test_stt_sent_at_the_pause_may_precede_the_end_of_the_turn() -> None:
-    """agent/early_stt.py sends the utterance before the hangover is over: stt_request < t0 is in order, as long
+    """agent/turn/early_stt.py sends the utterance before the hangover is over: stt_request < t0 is in order, as long
     as it lies inside the user's speech .. transcript span."""
     collector = TraceCollector("s", traces_dir=None)
     collector.speech_started(9.0)

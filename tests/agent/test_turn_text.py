@@ -1,10 +1,10 @@
-"""agent/turn_text.py: whether the words of a transcript read as a finished turn, and what words over the agent were."""
+"""agent/turn/words.py: whether a transcript's words read as a finished turn, and what words over the agent were."""
 
 from __future__ import annotations
 
 import pytest
 
-from agent.turn_text import Completeness, OverlapKind, barge_in_cue, completeness, overlap_kind
+from agent.turn.words import Completeness, OverlapKind, barge_in_cue, completeness, overlap_kind
 
 
 @pytest.mark.parametrize(
@@ -62,5 +62,5 @@ def test_overlap_kind(text: str, expected: OverlapKind) -> None:
     ],
 )  # fmt: skip
 def test_barge_in_cue(text: str, cue: bool) -> None:
-    """What agent/overlap_words.py cuts on before the speech over the agent has ended: a cue, never a listener token."""
+    """What turn/overlap_words.py cuts on before the speech over the agent has ended: a cue, never a listener token."""
     assert barge_in_cue(text) is cue

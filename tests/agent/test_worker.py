@@ -14,7 +14,7 @@ from livekit.agents import AgentServer, JobExecutorType
 from agent import worker
 from agent.config import AgentConfig
 from agent.engine_client import LocalBackend, RemoteBackend
-from agent.tools.fake_openai import FakeOpenAIServer
+from lab.fake_openai import FakeOpenAIServer
 
 
 def test_the_server_follows_the_config() -> None:

@@ -1,4 +1,4 @@
-"""One real local stack for the call tests (agent/tools/callbench/stack.py): LiveKit's own server, llama.cpp with
+"""One real local stack for the call tests (lab/callbench/stack.py): LiveKit's own server, llama.cpp with
 SmolLM2, the token server + page and the agent worker with faster-whisper and the random-weight TTS, all
 started by scripts/start_all.sh on free loopback ports. Nothing here is a stand-in: a failing part fails
 the tests (they never skip)."""
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.tools.callbench.speech import speech_wav
-from agent.tools.callbench.stack import LocalStack
+from lab.callbench.speech import speech_wav
+from lab.callbench.stack import LocalStack
 
 # Short answers keep each turn a few seconds; 2 calls per worker make LiveKit's dispatch observable, and with no CPU
 # limit that is a worker's only limit, exactly (the CPU term is tests/agent/test_worker_load.py).

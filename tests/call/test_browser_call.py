@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.tools.callbench.browser import BrowserCall
-from agent.tools.callbench.measure import match_barge_ins
-from agent.tools.callbench.stack import LocalStack, room_traces
 from agent.tracing import POINTS
+from lab.callbench.browser import BrowserCall
+from lab.callbench.measure import match_barge_ins
+from lab.callbench.stack import LocalStack, room_traces
 
 pytestmark = [pytest.mark.browser, pytest.mark.call]
 
@@ -81,6 +81,6 @@ def test_barge_in_from_the_browser_silences_the_agent(stack: LocalStack, interru
     assert 0 <= first["decision_to_silence_ms"] < 1000, first
     irq = next(i for r in records for i in r["interruptions"])
     assert irq["audio_silenced"] is not None and irq["stale_frames_after_cancel"] == 0, irq
-    # the worker told the page of its cut (agent/cut_notice.py), and the page's gate closed when it arrived
+    # the worker told the page of its cut (agent/turn/cut_notice.py), and the page's gate closed when it arrived
     assert any(cut >= first["cut_at_ms"] for cut in snap["cuts"]), (first, snap["cuts"])
     assert problems == [], problems

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.tools.callbench.browser import BrowserCall
-from agent.tools.callbench.stack import LocalStack
-from agent.tools.faults.worker_kill import host_of
+from lab.callbench.browser import BrowserCall
+from lab.callbench.stack import LocalStack
+from lab.faults.worker_kill import host_of
 
 pytestmark = [pytest.mark.browser, pytest.mark.call]
 

@@ -1,11 +1,11 @@
 """The conversation benchmark's short forms through the real stack (LiveKit's own server, the worker with its
 embedded defaults and the shipped turn taking, TURN_HANDLING=ours):
 - the page: the corpus's short script (a 700 ms pause inside a turn, a backchannel 1 s into the reply, a barge-in
-  1.2 s into the next) played into the call page's microphone from the harness (agent/tools/convbench/page_line.py)
+  1.2 s into the next) played into the call page's microphone from the harness (lab/convbench/page_line.py)
   and scored end to end: the pause does not end the turn, the backchannel does not stop the agent, the barge-in
   does (the VAD-only mode cut that pause: this check asserted it before; docs/agent.md "Turn-taking").
-- two SDK callers at once, each in its own room (agent/tools/convbench/many.py, issue 32's CI check): two is this
-  box's knee (agent/tools/convbench/results/many_cpu_2026-11-28); at three, calls go unanswered by load alone.
+- two SDK callers at once, each in its own room (lab/convbench/many.py, issue 32's CI check): two is this
+  box's knee (results/convbench/many_cpu_2026-11-28); at three, calls go unanswered by load alone.
 `-m "not convbench"` skips both. No timing target is asserted: CPU tests never assert speed."""
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from agent.tools.callbench.rtc_caller import wait_for_jobs
-from agent.tools.callbench.stack import LocalStack, room_traces
-from agent.tools.convbench import corpus, many
-from agent.tools.convbench.conductor import play_script
-from agent.tools.convbench.page_line import PageLine
-from agent.tools.convbench.runner import STACK_ENV
-from agent.tools.convbench.score import score
-from agent.tools.convbench.script import load_script
-from agent.tools.convbench.timeline import Timeline
+from lab.callbench.rtc_caller import wait_for_jobs
+from lab.callbench.stack import LocalStack, room_traces
+from lab.convbench import corpus, many
+from lab.convbench.conductor import play_script
+from lab.convbench.page_line import PageLine
+from lab.convbench.runner import STACK_ENV
+from lab.convbench.score import score
+from lab.convbench.script import load_script
+from lab.convbench.timeline import Timeline
 
 pytestmark = [pytest.mark.call, pytest.mark.convbench]
 

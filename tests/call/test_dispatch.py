@@ -1,7 +1,7 @@
 """Scale-out: two workers on one LiveKit server. LiveKit's own dispatch spreads calls by the load each worker
 reports (AGENT_MAX_SESSIONS=2 here, so a worker with two calls is full); stopping a worker mid-call ends its
 calls cleanly and new calls go to the worker that is left. Callers are the LiveKit Python SDK publishing a
-WAV as a microphone (agent/tools/callbench/rtc_caller.py)."""
+WAV as a microphone (lab/callbench/rtc_caller.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.tools.callbench.rtc_caller import RtcCaller, wait_for_jobs
-from agent.tools.callbench.stack import LocalStack, wait_for_line
+from lab.callbench.rtc_caller import RtcCaller, wait_for_jobs
+from lab.callbench.stack import LocalStack, wait_for_line
 
 pytestmark = pytest.mark.call
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.tools.callbench.rtc_caller import RtcCaller, wait_for_jobs
-from agent.tools.callbench.stack import LocalStack
+from lab.callbench.rtc_caller import RtcCaller, wait_for_jobs
+from lab.callbench.stack import LocalStack
 
 pytestmark = pytest.mark.call
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.tools.callbench.bench import receiver_series
+from lab.callbench.bench import receiver_series
 
 
 def test_receiver_series_is_per_interval_not_cumulative() -> None:
@@ -22,9 +22,9 @@ def test_receiver_series_is_per_interval_not_cumulative() -> None:
 
 
 def test_stt_sent_at_the_pause_counts_only_after_the_turns_end() -> None:
-    """agent/early_stt.py: STT's time inside the hangover is not in the browser's response, so the overhead
+    """agent/turn/early_stt.py: STT's time inside the hangover is not in the browser's response, so the overhead
     subtracts only what is left of it after the trace's t0."""
-    from agent.tools.callbench.measure import match_turns
+    from lab.callbench.measure import match_turns
 
     points = {"vad_speech_start": -1.5, "vad_speech_end": 0.0, "stt_request": -0.12, "stt_done": 0.23,
               "llm_request": 0.235, "llm_first_token": 0.375, "tts_first_text": 0.39, "tts_first_packet": 0.43,
@@ -39,7 +39,7 @@ def test_stt_sent_at_the_pause_counts_only_after_the_turns_end() -> None:
 
 
 def test_the_stack_takes_the_a_b_knobs_but_no_service_from_the_callers_environment(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from agent.tools.callbench.stack import LocalStack
+    from lab.callbench.stack import LocalStack
 
     monkeypatch.setenv("STT_EARLY_MS", "off")
     monkeypatch.setenv("STT_BASE_URL", "http://elsewhere:8000/v1")

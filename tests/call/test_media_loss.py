@@ -1,5 +1,5 @@
 """The caller's network to the LiveKit server cut mid-reply for 5 s and for 30 s, on the real stack with an SDK caller
-in its own network namespace (agent/tools/faults/media_loss.py says what is expected and why). 5 s: the call goes on
+in its own network namespace (lab/faults/media_loss.py says what is expected and why). 5 s: the call goes on
 (the caller hears the agent, the agent hears the caller) and ends with a normal hang-up; 30 s: LiveKit drops the
 caller and the call ends on both sides (the caller's SDK gives up, or joins the room again as a new call when the
 link is back while it still tries). Either way the worker is left with no job, no load, no open journal entry,
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.tools.callbench.stack import LocalStack
-from agent.tools.faults import STACK_ENV, media_loss
-from agent.tools.faults.netns import CallerNetwork
+from lab.callbench.stack import LocalStack
+from lab.faults import STACK_ENV, media_loss
+from lab.faults.netns import CallerNetwork
 
 pytestmark = pytest.mark.call
 

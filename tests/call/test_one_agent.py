@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from livekit import api
 
-from agent.tools.callbench.rtc_caller import RtcCaller
-from agent.tools.callbench.stack import ROOT, LocalStack, free_port, wait_for_line
+from lab.callbench.rtc_caller import RtcCaller
+from lab.callbench.stack import ROOT, LocalStack, free_port, wait_for_line
 
 pytestmark = pytest.mark.call
 

@@ -1,4 +1,4 @@
-"""The transport floor (agent/tools/callbench/floor.py) runs end to end: the real page in Chromium, LiveKit's own
+"""The transport floor (lab/callbench/floor.py) runs end to end: the real page in Chromium, LiveKit's own
 server and the echo agent (an SDK participant of kind agent that answers every end of speech at once and stops
 on a new onset). Every turn is heard and split into uplink and downlink; the barge-ins are heard and split at
 the echo's cut. No timing is asserted (CPU tests never assert speed): the figures are what the tool reports."""
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.tools.callbench import floor
+from lab.callbench import floor
 
 pytestmark = [pytest.mark.browser, pytest.mark.call]
 

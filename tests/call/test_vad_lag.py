@@ -1,4 +1,4 @@
-"""The end-of-turn probe (agent/tools/callbench/vad_lag.py) runs end to end on LiveKit's own server: every
+"""The end-of-turn probe (lab/callbench/vad_lag.py) runs end to end on LiveKit's own server: every
 question ends a turn, each is split into uplink and Silero's decision, and the live end is the same event
 Silero finds offline in the received audio (no timing target is asserted: CPU tests never assert speed)."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.tools.callbench import vad_lag
+from lab.callbench import vad_lag
 
 pytestmark = pytest.mark.call
 

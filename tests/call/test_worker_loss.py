@@ -1,7 +1,7 @@
 """A worker killed (SIGKILL) in the middle of the agent's reply, on the real stack: LiveKit's own server, the token
 server with its agent guard (fed by LiveKit's webhooks), supervised workers (scripts/run_worker.sh), an SDK caller.
-One try each; `python -m agent.tools.faults worker-kill --workers 1|2 --tries 10` is the measured run
-(agent/tools/results/faults/). Without the guard and the supervisor's recovery the caller hears nothing again:
+One try each; `python -m lab.faults worker-kill --workers 1|2 --tries 10` is the measured run
+(results/faults/). Without the guard and the supervisor's recovery the caller hears nothing again:
 LiveKit keeps the dead agent in the room for ~21 s and never dispatches the room again (issue 29)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.tools.callbench.rtc_caller import RtcCaller
-from agent.tools.callbench.stack import LocalStack
-from agent.tools.faults import worker_kill
+from lab.callbench.rtc_caller import RtcCaller
+from lab.callbench.stack import LocalStack
+from lab.faults import worker_kill
 
 pytestmark = pytest.mark.call
 

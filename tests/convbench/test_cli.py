@@ -1,10 +1,10 @@
-"""`python -m agent.tools.convbench`'s command line: what it refuses before any call starts."""
+"""`python -m lab.convbench`'s command line: what it refuses before any call starts."""
 
 from __future__ import annotations
 
 import pytest
 
-from agent.tools.convbench.__main__ import _parser
+from lab.convbench.__main__ import _parser
 
 
 def test_worker_env_is_name_value_pairs() -> None:

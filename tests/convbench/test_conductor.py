@@ -1,4 +1,4 @@
-"""The conductor (agent/tools/convbench/conductor.py) against a line with a scripted agent, no LiveKit: pauses are
+"""The conductor (lab/convbench/conductor.py) against a line with a scripted agent, no LiveKit: pauses are
 exact to the sample, a cue counts from the reply's first audio, and an item whose cue cannot be met is recorded as
 not played with its reason."""
 
@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.tools.convbench.activity import AgentActivity
-from agent.tools.convbench.audio import RATE
-from agent.tools.convbench.conductor import play_script, turn_audio
-from agent.tools.convbench.script import FORMAT, load_script
-from agent.tools.convbench.timeline import Timeline
+from lab.convbench.activity import AgentActivity
+from lab.convbench.audio import RATE
+from lab.convbench.conductor import play_script, turn_audio
+from lab.convbench.script import FORMAT, load_script
+from lab.convbench.timeline import Timeline
 from tests.convbench.wavs import tone
 
 

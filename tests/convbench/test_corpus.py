@@ -1,4 +1,4 @@
-"""Our corpus (agent/tools/convbench/corpus.py): the counts issue 28 asks for, honest prosody, several speakers, and
+"""Our corpus (lab/convbench/corpus.py): the counts issue 28 asks for, honest prosody, several speakers, and
 the same files from the same command (a second run renders nothing: clips are cached by content hash)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.tools.convbench import corpus
-from agent.tools.convbench.audio import frame_levels
-from agent.tools.convbench.script import Cued, ItemKind, Turn, load_corpus, load_script
+from lab.convbench import corpus
+from lab.convbench.audio import frame_levels
+from lab.convbench.script import Cued, ItemKind, Turn, load_corpus, load_script
 
 
 def tree(root: Path, paths: list[str]) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""The host sampler of the many-calls run (agent/tools/convbench/host_cpu.py): which role a process gets, that a
+"""The host sampler of the many-calls run (lab/convbench/host_cpu.py): which role a process gets, that a
 busy child of the bench is counted as a caller's CPU, and the per-level summary of its file."""
 
 from __future__ import annotations
@@ -9,21 +9,21 @@ import sys
 import time
 from pathlib import Path
 
-from agent.tools.convbench import host_cpu
+from lab.convbench import host_cpu
 
 
 def test_roles_come_from_the_command_line_then_the_parent() -> None:
     role = host_cpu.role_of
     assert role(["/tmp/tools/livekit-server-1.13.5/livekit-server", "--config", "x"], None, False) == "livekit_server"
     assert role(["python", "-m", "tts_engine", "serve", "--port", "1"], None, False) == "engine_server"
-    assert role(["python", "-m", "agent.tools.fake_openai", "--preset", "production"], None, False) == "stand_in"
+    assert role(["python", "-m", "lab.fake_openai", "--preset", "production"], None, False) == "stand_in"
     assert role(["python", "-m", "token_server"], None, False) == "token_server"
     assert role(["/v/bin/python", "-m", "agent", "start"], "other", False) == "workers"
     assert role(["/v/bin/python", "-m", "agent", "standby"], None, False) == "workers"
     # a job process of a worker, a caller process of the bench, the bench itself, anything else
     assert role(["python", "-c", "from multiprocessing.spawn import spawn_main"], "workers", False) == "workers"
     assert role(["python", "-c", "from multiprocessing.spawn import spawn_main"], "bench", False) == "callers"
-    assert role(["python", "-m", "agent.tools.convbench.many"], None, True) == "bench"
+    assert role(["python", "-m", "lab.convbench.many"], None, True) == "bench"
     assert role(["sshd"], None, False) == "other"
     assert role(["python", "-m", "agent", "recover"], None, False) == "other"  # not a worker
 

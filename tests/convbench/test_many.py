@@ -1,4 +1,4 @@
-"""The many-calls runner's arithmetic (agent/tools/convbench/many.py) on synthetic calls, and the reader of the
+"""The many-calls runner's arithmetic (lab/convbench/many.py) on synthetic calls, and the reader of the
 worker's stats file (worker_stats.py) on a fixture in the worker's format (one JSON object a second)."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.tools.convbench import many
-from agent.tools.convbench import worker_stats as stats_file
-from agent.tools.convbench.script import FORMAT, Turn, load_script
-from agent.tools.convbench.timeline import ItemRecord, Play, Timeline
+from lab.convbench import many
+from lab.convbench import worker_stats as stats_file
+from lab.convbench.script import FORMAT, Turn, load_script
+from lab.convbench.timeline import ItemRecord, Play, Timeline
 from tests.convbench.wavs import tone
 
 T0 = 1_800_000_000.0

@@ -1,4 +1,4 @@
-"""The scoring (agent/tools/convbench/score.py) on synthetic calls whose answers are known: the agent's audio is
+"""The scoring (lab/convbench/score.py) on synthetic calls whose answers are known: the agent's audio is
 drawn frame by frame (10 ms, -18 dBFS talking, -100 silent), its states, transcripts and the worker's traces are
 placed by hand, so every rule (cut-off window, commit point, stop vs dropout, duck, resume, natural end, miss)
 is checked against a number worked out here."""
@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agent.tools.convbench.activity import AgentActivity, Thresholds, level_windows, runs
-from agent.tools.convbench.score import score
-from agent.tools.convbench.timeline import ItemRecord, Play, Timeline
+from lab.convbench.activity import AgentActivity, Thresholds, level_windows, runs
+from lab.convbench.score import score
+from lab.convbench.timeline import ItemRecord, Play, Timeline
 
 T0 = 1_800_000_000.0  # a Unix time: everything below is seconds after it
 
@@ -214,12 +214,12 @@ def test_the_live_tracker_and_the_helpers() -> None:
 
 
 def test_the_report_renders_its_table_and_plots(tmp_path) -> None:  # noqa: ANN001
-    from agent.tools.convbench import report as reports
+    from lab.convbench import report as reports
 
     call = Call().turn("t1", [(0.5, 2.0), (3.0, 4.0)], [1000]).trace(2.3).state(4.6, "thinking")
     call.state(5.0, "speaking").talk(5.0, 12.0).cued("t1.barge_in", "barge_in", (6.0, 6.8), anchor=5.0)
     call.trace(4.4, {"first_frame_published": 0.5}, interrupt=7.0).state(7.02, "listening").talk(7.05, 12.0, -100.0)
-    meta = {"date": "2026-11-28T00:00:00+00:00", "command": "python -m agent.tools.convbench --script s.json",
+    meta = {"date": "2026-11-28T00:00:00+00:00", "command": "python -m lab.convbench --script s.json",
             "device": "test", "versions": {}, "config": {"turn_handling": "vad"}, "duration_s": 12.0,
             "counts": {"scripts": 1, "items": 2, "items_played": 2, "errors": 0}, "caller": {}}  # fmt: skip
     report = reports.build(call.scored(), meta)

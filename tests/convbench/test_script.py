@@ -1,4 +1,4 @@
-"""The conversation-script format (agent/tools/convbench/script.py): a good script loads with its clips cut to their
+"""The conversation-script format (lab/convbench/script.py): a good script loads with its clips cut to their
 voiced span, and every mistake is reported with the script, the item and the field, all at once."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.tools.convbench.audio import RATE, voiced_span
-from agent.tools.convbench.script import FORMAT, Cued, Gap, ItemKind, ScriptError, Turn, load_corpus, load_script
+from lab.convbench.audio import RATE, voiced_span
+from lab.convbench.script import FORMAT, Cued, Gap, ItemKind, ScriptError, Turn, load_corpus, load_script
 from tests.convbench.wavs import tone
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agent.tools.convbench.audio import RATE
+from lab.convbench.audio import RATE
 
 
 def tone(path: Path, seconds: float = 0.5, *, rate: int = RATE, channels: int = 1, level: float = 0.2,

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from common.niceness import lower_thread
 from tts_engine.config import EngineConfig
 from tts_engine.engine import Engine
 from tts_engine.errors import ConfigError
-from tts_engine.niceness import lower_thread
 
 
 def test_the_default_leaves_one_core_and_zero_keeps_torchs_choice() -> None:

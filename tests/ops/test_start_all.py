@@ -1,7 +1,7 @@
 """scripts/start_all.sh on loopback: start -> status shows every service up and healthy -> stop leaves no process.
 
 What runs (all real processes, real HTTP, ephemeral ports):
-- llm:   `LLM_LOCAL=1` with LLM_CMD = `python -m agent.tools.fake_openai` (the OpenAI-compatible fake that stands in
+- llm:   `LLM_LOCAL=1` with LLM_CMD = `python -m lab.fake_openai` (the OpenAI-compatible fake that stands in
          for vLLM; the real scripts/run_llm_server.sh needs a GPU and weights);
 - tts:   `TTS_STANDALONE=1`: scripts/run_tts_server.sh (its restart loop runs `python -m tts_engine serve`)
          on the tiny random-weight checkpoint;
@@ -125,7 +125,7 @@ def test_start_status_stop_leaves_no_process(ops_env: dict[str, str], tiny_check
     llm_port = _free_port()
     env.update(
         LLM_LOCAL="1",
-        LLM_CMD=f"{sys.executable} -m agent.tools.fake_openai --port {llm_port}",
+        LLM_CMD=f"{sys.executable} -m lab.fake_openai --port {llm_port}",
         LLM_BASE_URL=f"http://127.0.0.1:{llm_port}/v1",
         STT_BASE_URL=f"http://127.0.0.1:{llm_port}/v1",
         LLM_START_TIMEOUT="60",
@@ -159,7 +159,7 @@ def test_start_status_stop_leaves_no_process(ops_env: dict[str, str], tiny_check
     # a decoy with the fake server's exact command line that start_all did not start: stop must spare it
     decoy_port = _free_port()
     decoy = subprocess.Popen(
-        [sys.executable, "-m", "agent.tools.fake_openai", "--port", str(decoy_port)],
+        [sys.executable, "-m", "lab.fake_openai", "--port", str(decoy_port)],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

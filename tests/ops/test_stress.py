@@ -26,7 +26,7 @@ def test_stress_20_rounds(tiny_checkpoint: Path, tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "agent.tools.stress",
+            "lab.stress",
             "--rounds",
             "20",
             "--out",
@@ -68,7 +68,7 @@ def test_stress_20_rounds(tiny_checkpoint: Path, tmp_path: Path) -> None:
 
 def test_bad_arguments_are_named() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "agent.tools.stress", "--rounds", "0", "--out", "/tmp/unused-stress"],
+        [sys.executable, "-m", "lab.stress", "--rounds", "0", "--out", "/tmp/unused-stress"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -83,7 +83,7 @@ def test_stress_precise_instants(tiny_checkpoint: Path, tmp_path: Path) -> None:
     frames 1/2/4/8), each cut by the public interrupt() inside the callback that reports it (0 ticks)."""
     out = tmp_path / "instants"
     proc = subprocess.run(
-        [sys.executable, "-m", "agent.tools.stress", "--rounds", "9", "--instants", "--out", str(out),
+        [sys.executable, "-m", "lab.stress", "--rounds", "9", "--instants", "--out", str(out),
          "--model-dir", str(tiny_checkpoint)],
         cwd=ROOT, capture_output=True, text=True, timeout=240,
     )

@@ -15,8 +15,8 @@ import aiohttp
 import pytest
 
 from tts_engine.engine import Engine
-from tts_engine.server import start_server
-from tts_engine.server_config import ServerConfig, listen_sockets
+from tts_engine.server.app import start_server
+from tts_engine.server.config import ServerConfig, listen_sockets
 
 
 class Served:

@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 
 from tests.server.slow_clients import session_from, stalled_websocket
-from tts_engine.server_config import ServerConfig
+from tts_engine.server.config import ServerConfig
 
 IDLE_S = 0.5
 FRAME_BYTES = 1920 * 2

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-OURS = ("tts_engine", "token_server", "envfile", "jsonbody")
+OURS = ("tts_engine", "token_server", "common")
 
 # A finder in front of all others: any module outside the standard library and this repository is "not installed".
 ONLY_STDLIB = """
@@ -36,7 +36,7 @@ def _help(module: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_blocker_really_blocks_heavy_modules() -> None:
-    code = ONLY_STDLIB.format(ours=OURS, module="tts_engine.server", args=[])
+    code = ONLY_STDLIB.format(ours=OURS, module="tts_engine.server.app", args=[])
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "made unimportable by the test" in proc.stderr
 
@@ -72,7 +72,7 @@ def test_serve_help_names_the_server_settings() -> None:
 
 def test_the_light_command_lines_name_what_the_heavy_modules_run() -> None:
     from tts_engine import make_checkpoint_cli, regression, regression_cli
-    from tts_engine.model import factory
+    from tts_engine.model import factory, layout
 
     assert regression_cli.MODES == tuple(regression.MODES)
-    assert make_checkpoint_cli.PRESETS == factory.PRESETS
+    assert make_checkpoint_cli.PRESETS is layout.PRESETS is factory.PRESETS

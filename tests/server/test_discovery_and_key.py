@@ -10,7 +10,7 @@ import pytest
 
 from tests.server.slow_clients import session_from
 from tts_engine.errors import ConfigError
-from tts_engine.server_config import ServerConfig, parse_api_keys
+from tts_engine.server.config import ServerConfig, parse_api_keys
 
 KEY = "tts-test-key-1"
 OPENAI_ROUTES = ("/v1/audio/speech", "/v1/models", "/v1/audio/voices")

@@ -22,12 +22,12 @@ def app_routes(app) -> set[tuple[str, str]]:  # noqa: ANN001
 
 
 def test_the_document_lists_exactly_the_routes_of_the_app(make_engine) -> None:
-    from tts_engine.server import TTSServer
+    from tts_engine.server.app import TTSServer
 
     engine = make_engine()
     doc = json.loads(json.dumps(_document(engine)))
     documented = {(method, path) for path, ops in doc["paths"].items() for method in ops}
-    assert documented == app_routes(TTSServer(engine).app()), "add the route's dict to tts_engine/server_openapi.py"
+    assert documented == app_routes(TTSServer(engine).app()), "add the route's dict to tts_engine/server/openapi.py"
     speech = doc["paths"]["/tts/stream"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert speech["properties"]["speaker"]["enum"] == engine.speakers
     assert speech["properties"]["text"]["maxLength"] == engine.config.max_text_chars
@@ -39,7 +39,7 @@ def test_the_document_lists_exactly_the_routes_of_the_app(make_engine) -> None:
 
 
 def _document(engine, api_key: bool = False) -> dict:  # noqa: ANN001
-    from tts_engine.server_openapi import document
+    from tts_engine.server.openapi import document
 
     return document(speakers=engine.speakers, languages=engine.languages,
                     max_text_chars=engine.config.max_text_chars,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from aiohttp.test_utils import make_mocked_request
 
-from tts_engine.server import TTSServer
+from tts_engine.server.app import TTSServer
 
 
 @pytest.mark.parametrize("given", ["abc\n", "call-1\r\n", "a" * 64 + "\n", "", "a" * 65, "bad id"])

@@ -135,8 +135,8 @@ def test_a_taken_port_fails_before_anything_heavy_loads(tmp_path: Path) -> None:
 
 
 def test_listening_beyond_this_machine_without_a_key_is_warned_about(caplog: pytest.LogCaptureFixture) -> None:
-    from tts_engine.server_cli import warn_if_exposed
-    from tts_engine.server_config import ServerConfig, listen_sockets
+    from tts_engine.server.cli import warn_if_exposed
+    from tts_engine.server.config import ServerConfig, listen_sockets
 
     loopback = listen_sockets("127.0.0.1", 0)
     anywhere = [socket.socket()]  # not bound: it reports 0.0.0.0, what --host 0.0.0.0 binds (not done in a test)

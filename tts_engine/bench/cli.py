@@ -35,7 +35,8 @@ from typing import Any
 
 from tts_engine.bench.stats import BenchError, device_slug, format_table, require_cuda, write_json
 
-RESULTS_DIR = Path(__file__).parent / "results"
+# the results tree of a source checkout (results/ at its root, outside every package); run from the checkout's root
+RESULTS_DIR = Path("results") / "engine"
 DEFAULT_TEXT = (
     "Hello! This is a streaming speech synthesis benchmark, measuring how quickly the first audio arrives."
 )
@@ -103,8 +104,8 @@ def _dispatch(args: argparse.Namespace) -> dict[str, Any]:
         if args.mode == "load":
             path = load_run.write_load_results(result, Path(args.results_dir), args.plot)
             print(f"[bench] wrote {path} (+ .md, .png)")
-            if Path(args.results_dir).resolve() == RESULTS_DIR.resolve():
-                (RESULTS_DIR.parent / "RESULTS.md").write_text(render_results_md(RESULTS_DIR), encoding="utf-8")
+            results_dir = Path(args.results_dir)
+            (results_dir / "RESULTS.md").write_text(render_results_md(results_dir), encoding="utf-8")
             if args.gate_first_p95_ms is not None:
                 from tts_engine.bench.load import gate_failures
 
@@ -187,9 +188,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     results_dir = Path(args.results_dir)
     name = device_slug(device) + ("" if args.preset == "0.6b" else f"_{args.preset}")
     write_json(results_dir / f"{name}.json", result)
-    # the committed table lives beside the results folder (tts_engine/bench/RESULTS.md); elsewhere, inside it
-    md_path = RESULTS_DIR.parent / "RESULTS.md" if results_dir.resolve() == RESULTS_DIR.resolve() else (
-        results_dir / "RESULTS.md")
+    md_path = results_dir / "RESULTS.md"  # the table of every <gpu>.json in the folder (results/engine/RESULTS.md)
     md_path.write_text(render_results_md(results_dir), encoding="utf-8")
     print(render_summary(result))
     print(f"[bench] wrote {results_dir / (name + '.json')} and {md_path}")

@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tts_engine.audio_format import SAMPLE_RATE, SAMPLES_PER_FRAME
+from common.audio_format import SAMPLE_RATE, SAMPLES_PER_FRAME
 from tts_engine.bench.stats import BenchError, percentile
 
 
@@ -245,7 +245,7 @@ def run_load(engine: Any, levels: list[int], *, text: str, speaker: str, languag
              pause_s: float = 1.0, progress: Any = print, text_input: str = "whole",
              word_interval_ms: float = 60.0) -> list[dict[str, Any]]:
     """Every level in turn on one loaded engine (idle between levels); returns one summary per level."""
-    from tts_engine.runtime.process import gc_pauses
+    from common.process import gc_pauses
 
     pauses = gc_pauses()
     iterations = _IterationTrace(engine)

@@ -100,7 +100,7 @@ def run_mode(args: argparse.Namespace, model_dir: str) -> dict[str, Any]:
     engine, load_s = load_engine(model_dir, eager=args.eager, max_streams=slots, max_positions=args.max_positions,
                                  **overrides)
     print(f"[bench {args.mode}] engine loaded in {load_s:.1f} s with {slots} slots", flush=True)
-    from tts_engine.runtime.process import tune_process
+    from common.process import tune_process
 
     tune_process()  # as the server and the agent worker do after loading (GIL switch interval, gc.freeze)
     result: dict[str, Any] = {

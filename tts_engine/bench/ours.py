@@ -28,7 +28,7 @@ import asyncio
 import time
 from typing import Any
 
-from tts_engine.audio_format import SAMPLE_RATE, SAMPLES_PER_FRAME
+from common.audio_format import SAMPLE_RATE, SAMPLES_PER_FRAME
 from tts_engine.bench.stats import BenchError, gpu_memory_gib, summarize
 
 

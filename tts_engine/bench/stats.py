@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tts_engine.percentiles import percentile  # one definition (the bench modules import it from here)
+from common.percentiles import percentile  # one definition (the bench modules import it from here)
 
 
 class BenchError(RuntimeError):

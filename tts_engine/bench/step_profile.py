@@ -14,7 +14,7 @@ Contract:
   GPU given on the command line (defaults: H100 SXM: 3.35 TB/s, 989 TFLOP/s bf16 dense, 67 TFLOP/s fp32).
 - With `--kernels R1,R2`, the engine's frame graph at those row counts runs under torch.profiler and the top
   kernels (time per step, calls per step) are listed, so the growing part can be named.
-Nothing here changes the engine; it is a diagnosis tool (results in tts_engine/bench/results/).
+Nothing here changes the engine; it is a diagnosis tool (results in results/engine/).
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ from tts_engine.model.codec_layers import (
     Weights,
 )
 from tts_engine.model.codec_transformer import PreTransformer
+from tts_engine.model.layout import CONFIG_FILE, WEIGHTS_FILE
 from tts_engine.model.weights_io import read_checked_tensors
 
 
@@ -129,7 +130,7 @@ class CodecDecoder(nn.Module):
         folder = Path(speech_tokenizer_dir)
         if not folder.is_dir():
             raise CheckpointError(f"{folder}: speech tokenizer folder not found (expected <model>/speech_tokenizer/)")
-        config_path = folder / "config.json"
+        config_path = folder / CONFIG_FILE
         try:
             config = json.loads(config_path.read_text())
         except FileNotFoundError:
@@ -137,7 +138,7 @@ class CodecDecoder(nn.Module):
         except (OSError, json.JSONDecodeError) as exc:
             raise CheckpointError(f"{config_path}: not readable JSON ({exc})") from None
         cfg = CodecConfig.from_json(config, source=str(config_path))
-        weights_path = folder / "model.safetensors"
+        weights_path = folder / WEIGHTS_FILE
         if not weights_path.is_file():
             raise CheckpointError(f"{weights_path}: file missing")
         expected = decoder_tensor_shapes(cfg)

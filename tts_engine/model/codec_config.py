@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from tts_engine.audio_format import SAMPLE_RATE, SAMPLES_PER_FRAME
+from common.audio_format import SAMPLE_RATE, SAMPLES_PER_FRAME
 from tts_engine.errors import CheckpointError
 
 RESIDUAL_DILATIONS = (1, 3, 9)

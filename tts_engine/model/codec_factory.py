@@ -24,8 +24,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from tts_engine.audio_format import SAMPLE_RATE
+from common.audio_format import SAMPLE_RATE
 from tts_engine.model.codec_config import CodecConfig, decoder_tensor_shapes, preset_config
+from tts_engine.model.layout import CONFIG_FILE, MODELSCOPE_CONFIG, MODELSCOPE_FILE, PREPROCESSOR_FILE, WEIGHTS_FILE
 
 PREPROCESSOR_CONFIG = {
     "chunk_length_s": None,
@@ -37,7 +38,6 @@ PREPROCESSOR_CONFIG = {
     "return_attention_mask": True,
     "sampling_rate": SAMPLE_RATE,
 }
-MODELSCOPE_CONFIG = {"framework": "pytorch", "task": "text-to-speech", "allow_remote": True}
 
 
 def _fan_in(shape: tuple[int, ...]) -> int:
@@ -80,10 +80,10 @@ def write_codec_checkpoint(out_dir: Path, preset: str, seed: int) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     gen = torch.Generator().manual_seed(seed)
     tensors = {name: _init_tensor(name, shape, gen) for name, shape in decoder_tensor_shapes(cfg).items()}
-    save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    save_file(tensors, str(out_dir / WEIGHTS_FILE), metadata={"format": "pt"})
     for file_name, content in (
-        ("config.json", config),
-        ("preprocessor_config.json", PREPROCESSOR_CONFIG),
-        ("configuration.json", MODELSCOPE_CONFIG),
+        (CONFIG_FILE, config),
+        (PREPROCESSOR_FILE, PREPROCESSOR_CONFIG),
+        (MODELSCOPE_FILE, MODELSCOPE_CONFIG),
     ):
         (out_dir / file_name).write_text(json.dumps(content, indent=2) + "\n")

@@ -13,9 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tts_engine.errors import CheckpointError
-
-CONFIG_FILE = "config.json"
-GENERATION_CONFIG_FILE = "generation_config.json"
+from tts_engine.model.layout import CONFIG_FILE, GENERATION_CONFIG_FILE
 
 
 @dataclass(frozen=True)

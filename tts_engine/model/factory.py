@@ -27,12 +27,20 @@ import torch
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-from tts_engine.audio_format import SAMPLE_RATE
+from common.audio_format import SAMPLE_RATE
 from tts_engine.model.codec_factory import write_codec_checkpoint
 from tts_engine.model.config import ModelConfig
+from tts_engine.model.layout import (
+    CODEC_DIR,
+    CONFIG_FILE,
+    GENERATION_CONFIG_FILE,
+    MODELSCOPE_CONFIG,
+    MODELSCOPE_FILE,
+    PREPROCESSOR_FILE,
+    PRESETS,
+    WEIGHTS_FILE,
+)
 from tts_engine.model.talker import TTSWeights
-
-PRESETS = ("tiny", "0.6b", "1.7b")
 
 # Real codec-token tables of the CustomVoice models (their config.json `codec_language_id` / `spk_id`).
 LANGUAGE_IDS = {
@@ -62,7 +70,6 @@ GENERATION_CONFIG = {
 PREPROCESSOR_CONFIG = {
     "padding_side": "left", "padding_value": 0.0, "processor_class": "Qwen3TTSProcessor", "return_attention_mask": True,
 }
-MODELSCOPE_CONFIG = {"framework": "pytorch", "task": "text-to-speech", "allow_remote": True}
 
 # (layers, hidden, heads, kv_heads, head_dim, intermediate, mrope_section, text_hidden) per preset
 _TALKER_DIMS: dict[str, tuple[int, int, int, int, int, int, list[int], int]] = {
@@ -221,14 +228,14 @@ def make_checkpoint(preset: str, out_dir: str | Path, seed: int = 0, progress: b
     out.mkdir(parents=True, exist_ok=True)
     config = root_config(preset)
     for name, content in (
-        ("config.json", config), ("generation_config.json", GENERATION_CONFIG),
-        ("preprocessor_config.json", PREPROCESSOR_CONFIG), ("configuration.json", MODELSCOPE_CONFIG),
+        (CONFIG_FILE, config), (GENERATION_CONFIG_FILE, GENERATION_CONFIG),
+        (PREPROCESSOR_FILE, PREPROCESSOR_CONFIG), (MODELSCOPE_FILE, MODELSCOPE_CONFIG),
     ):
         (out / name).write_text(json.dumps(content, indent=2) + "\n")
     write_tokenizer(out)
     dtype = torch.float32 if preset == "tiny" else torch.bfloat16
-    write_talker_weights(config, out / "model.safetensors", dtype, seed, progress)
+    write_talker_weights(config, out / WEIGHTS_FILE, dtype, seed, progress)
     if progress:
         print("  writing speech_tokenizer/ ...", file=sys.stderr, flush=True)
-    write_codec_checkpoint(out / "speech_tokenizer", preset, seed)
+    write_codec_checkpoint(out / CODEC_DIR, preset, seed)
     return out

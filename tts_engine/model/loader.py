@@ -23,13 +23,12 @@ from tts_engine.doctor import verify
 from tts_engine.errors import CheckpointError
 from tts_engine.model.codec import CodecDecoder
 from tts_engine.model.config import ModelConfig
+from tts_engine.model.layout import CODEC_DIR, WEIGHTS_FILE
 from tts_engine.model.predictor import CodePredictor
 from tts_engine.model.talker import Talker, TTSWeights
 from tts_engine.model.tokenizer import TextTokenizer
 from tts_engine.model.weights_io import read_checked_tensors
 
-WEIGHTS_FILE = "model.safetensors"
-SPEECH_TOKENIZER_DIR = "speech_tokenizer"
 #: read on the host only (prompt building): kept in CPU memory when the model runs on a GPU
 HOST_TENSORS = ("talker.model.text_embedding.weight",)
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -87,7 +86,7 @@ def load_model(model_dir: str | Path, device: str = "auto", dtype: str = "auto")
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     cfg = ModelConfig.from_dir(model_dir)
-    codec_dir = model_dir / SPEECH_TOKENIZER_DIR
+    codec_dir = model_dir / CODEC_DIR
     if not codec_dir.is_dir():
         raise CheckpointError(f"{codec_dir}: required speech tokenizer folder is missing")
     tokenizer = TextTokenizer.from_dir(model_dir)

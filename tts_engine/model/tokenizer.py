@@ -13,8 +13,7 @@ import warnings
 from pathlib import Path
 
 from tts_engine.errors import CheckpointError
-
-TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json")
+from tts_engine.model.layout import TOKENIZER_FILES
 
 
 class TextTokenizer:

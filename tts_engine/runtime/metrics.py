@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from tts_engine.audio_format import SAMPLE_RATE
-from tts_engine.percentiles import percentile
+from common.audio_format import SAMPLE_RATE
+from common.percentiles import percentile
 
 RECENT_STREAMS = 256  # completed streams kept for the TTFA / RTF percentiles in stats()
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tts_engine.audio_format import SAMPLES_PER_FRAME
+from common.audio_format import SAMPLES_PER_FRAME
 
 
 class Packetizer:

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tts_engine.audio_format import SAMPLES_PER_FRAME, samples_to_seconds
+from common.audio_format import SAMPLES_PER_FRAME, samples_to_seconds
 from tts_engine.errors import EmptyTextError, TTSInputError
 from tts_engine.model.codec import CodecDecoder
 from tts_engine.runtime.admission import AdmissionPolicy, capacity_from_costs

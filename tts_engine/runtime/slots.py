@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tts_engine.audio_format import SAMPLE_RATE
+from common.audio_format import SAMPLE_RATE
 from tts_engine.runtime.admission import Playout
 from tts_engine.runtime.packetizer import Packetizer
 from tts_engine.runtime.stream import StreamChannel

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tts_engine.audio_format import CHANNELS, SAMPLE_RATE, SAMPLE_WIDTH
+from common.audio_format import CHANNELS, SAMPLE_RATE, SAMPLE_WIDTH
 
 
 def wav_bytes(pcm: np.ndarray, sample_rate: int = SAMPLE_RATE) -> bytes:

@@ -1,0 +1,6 @@
+"""Fault drills on the real local stack (docs/operations.md, "Faults"): a worker killed mid-reply
+(`worker_kill`), the caller's network cut mid-reply (`media_loss`). `python -m lab.faults --help`."""
+
+# the drills' stack: the load then counts calls and streams only; two calls a worker (the call tests' figure,
+# tests/call/conftest.py): a drill's subject is recovery, and a call still winding down must not hold the next back
+STACK_ENV = {"LLM_MAX_TOKENS": "40", "AGENT_CPU_LIMIT": "off", "AGENT_MAX_SESSIONS": "2"}

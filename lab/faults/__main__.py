@@ -1,0 +1,135 @@
+"""`python -m lab.faults worker-kill|media-loss --out DIR`: fault drills on the real local stack.
+
+  worker-kill --workers 2 --tries 10    a worker killed mid-reply, a second one running (target: heard within 5 s)
+  worker-kill --workers 1 --tries 10    the only worker killed mid-reply (target: heard within 15 s)
+  media-loss --cuts 5,30 --tries 1      the caller's network cut mid-reply for 5 s and for 30 s (needs root)
+
+Each starts the whole local stack (scripts/start_all.sh through lab/callbench/stack.py: LiveKit's own
+server, the token server with its agent guard, llama.cpp, the supervised worker), writes DIR/<drill>.json (every
+try, the machine, the versions) and DIR/<drill>.md (a table), keeps the stack's logs and traces in DIR/stack, and
+exits 0 only when every try passed. Run it on a quiet machine (`flock /work/heavy.lock ...` here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import shlex
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from lab.callbench.bench import device, versions
+from lab.callbench.speech import speech_wav
+from lab.callbench.stack import LocalStack
+from lab.faults import STACK_ENV
+
+TARGET_S = {1: 15.0, 2: 5.0}
+
+
+def question(out: Path) -> Path:
+    """One question without a pause inside, then 12 s of silence: one turn per loop of the caller's WAV."""
+    wav = out / "question.wav"
+    speech_wav(wav, "Can you hear me now?", silence_after_s=12.0)
+    return wav
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    from common.percentiles import percentile as pct
+
+    return round(pct(values, q), 1) if values else None
+
+
+async def worker_kill(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    from lab.faults import worker_kill as drill
+
+    stack = LocalStack(out / "stack", **STACK_ENV)
+    await asyncio.to_thread(stack.start)
+    try:
+        report = await drill.run(stack, question(out), workers=args.workers, tries=args.tries,
+                                 target_s=TARGET_S[args.workers])  # fmt: skip
+    finally:
+        await asyncio.to_thread(stack.stop)
+    heard = [r["heard_ms"] for r in report["results"] if r["heard_ms"] is not None]
+    report["summary"] = {k: percentile(heard, q) for k, q in (("heard_p50_ms", 50), ("heard_p95_ms", 95))}
+    report["summary"]["heard_max_ms"] = max(heard) if heard else None
+    return report
+
+
+async def media_loss(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    from lab.faults import media_loss as drill
+    from lab.faults.netns import CallerNetwork
+
+    with CallerNetwork() as net:
+        config = out / "livekit-media-loss.yaml"
+        config.write_text(drill.livekit_config(net))
+        stack = LocalStack(out / "stack", LIVEKIT_CONFIG_FILE=str(config), **STACK_ENV)
+        await asyncio.to_thread(stack.start)
+        try:
+            cuts = [float(c) for c in args.cuts.split(",")]
+            return await drill.run(stack, net, question(out), cuts=cuts, tries=args.tries)
+        finally:
+            await asyncio.to_thread(stack.stop)
+
+
+def table(name: str, report: dict[str, Any]) -> str:
+    if name == "worker-kill":
+        lines = [f"Worker killed (SIGKILL) mid-reply, {report['workers']} worker(s); target: heard again within "
+                 f"{report['target_ms'] / 1000:g} s. {report['passed']}/{report['tries']} passed.", "",
+                 "| try | killed | dead agent gone (ms) | new agent joined (ms) | new agent heard (ms) | trace | "
+                 "conversation goes on | ok |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        for r in report["results"]:
+            lines.append(f"| {r['try']} | {r['worker']} | {r['left_ms']} | {r['joined_ms']} | {r['heard_ms']} | "
+                         f"{(r['trace'] or {}).get('outcome', 'MISSING')} | {r.get('answered_after', '-')} | "
+                         f"{'ok' if r['ok'] else 'FAIL'} |")  # fmt: skip
+        s = report["summary"]
+        lines += ["", f"heard again: P50 {s['heard_p50_ms']} ms, P95 {s['heard_p95_ms']} ms, "
+                      f"max {s['heard_max_ms']} ms"]  # fmt: skip
+        return "\n".join(lines) + "\n"
+    lines = [f"Caller's network cut mid-reply. {report['passed']}/{len(report['results'])} passed.", "",
+             "| cut (s) | try | agent heard again after (ms) | caller transcribed after (ms) | first call closed | "
+             "caller after the cut | jobs / load at the end | turns traced | ok |",
+             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in report["results"]:
+        lines.append(f"| {r['cut_s']:g} | {r['try']} | {r.get('heard_after_ms', '-')} | "
+                     f"{r.get('transcribed_after_ms', '-')} | {r.get('first_call_closed', '-')} | "
+                     f"{r.get('caller') or ('connected' if r.get('recovered') else '-')} | "
+                     f"{r['worker_jobs']} / {r['worker_load']} | {r['turns_traced']} | {'ok' if r['ok'] else 'FAIL'} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lab.faults", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="drill", required=True)
+    kill = sub.add_parser("worker-kill", help="a worker killed mid-reply")
+    kill.add_argument("--workers", type=int, choices=(1, 2), default=2)
+    loss = sub.add_parser("media-loss", help="the caller's network cut mid-reply (needs root)")
+    loss.add_argument("--cuts", default="5,30", help="cut lengths in seconds, comma separated (default 5,30)")
+    for p in (kill, loss):
+        p.add_argument("--tries", type=int, default=10 if p is kill else 1)
+        p.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    started = dt.datetime.now(dt.UTC)
+    run = worker_kill if args.drill == "worker-kill" else media_loss
+    # a SIGTERM (timeout, Ctrl-C in a pipeline) unwinds like an exception: the stack is stopped, the namespace deleted
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    report = asyncio.run(run(args, out))
+    name = args.drill if args.drill == "media-loss" else f"worker-kill-{args.workers}"
+    report.update(
+        drill=args.drill, date=started.isoformat(timespec="seconds"), device=device(), versions=versions(),
+        command="python -m lab.faults " + shlex.join(sys.argv[1:] if argv is None else argv),
+        pass_=report["passed"] == len(report["results"]),
+    )  # fmt: skip
+    (out / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")
+    (out / f"{name}.md").write_text(table(args.drill, report))
+    print((out / f"{name}.md").read_text())
+    return 0 if report["pass_"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
