@@ -47,7 +47,7 @@ from livekit.agents.voice import io
 from common.audio_format import SAMPLE_RATE
 
 if TYPE_CHECKING:
-    from agent.turn.controller import DuplexController
+    from agent.turn.reply_life import ReplyLife
 
 logger = logging.getLogger("agent.output")
 
@@ -76,7 +76,7 @@ class RtcAudioOutput(io.AudioOutput):
         pause_capable: bool = False,
         duck_db: float = -15.0,
         source: rtc.AudioSource | None = None,
-        controller: DuplexController | None = None,
+        replies: ReplyLife | None = None,
         frame_observer: Callable[[FrameRecord], None] | None = None,
         on_cut: Callable[[str | None], None] | None = None,
     ) -> None:
@@ -86,7 +86,7 @@ class RtcAudioOutput(io.AudioOutput):
             sample_rate=sample_rate,
         )
         self.source = source or rtc.AudioSource(sample_rate, 1, queue_size_ms=queue_ms)
-        self.controller = controller
+        self.replies = replies
         self.frame_observer = frame_observer
         self.on_cut = on_cut
         self._cut_told: str | None = None  # the reply whose cut was last reported (silence, then clear_buffer)
@@ -238,7 +238,7 @@ class RtcAudioOutput(io.AudioOutput):
         speech's own flag, so a frame racing the interruption's notification is dropped too)."""
         if reply_id in self._silenced:
             return False
-        return self.controller is None or not reply_id or self.controller.frame_allowed(reply_id)
+        return self.replies is None or not reply_id or self.replies.frame_allowed(reply_id)
 
     # -- framework side ----------------------------------------------------------------------
     async def capture_frame(self, frame: rtc.AudioFrame) -> None:
@@ -275,15 +275,15 @@ class RtcAudioOutput(io.AudioOutput):
             self.frame_observer(
                 FrameRecord(t_start, t_end, reply_id, frame.samples_per_channel, frame.sample_rate, t_ready)
             )
-        if self.controller is not None and reply_id:
-            self.controller.on_frame_published(reply_id, t_end)
+        if self.replies is not None and reply_id:
+            self.replies.on_frame_published(reply_id, t_end)
 
     def _check_gap(self, reply_id: str) -> None:
         gap = time.perf_counter() - self._dry_at
         if gap > 0.001 and self.source.queued_duration == 0:
             self.playout_gaps += 1
-            if self.controller is not None and reply_id:
-                self.controller.on_playout_gap(reply_id, gap)
+            if self.replies is not None and reply_id:
+                self.replies.on_playout_gap(reply_id, gap)
 
     def flush(self) -> None:
         super().flush()
@@ -302,16 +302,16 @@ class RtcAudioOutput(io.AudioOutput):
         self._finish_tasks.remove(entry)
         _, reply_id, captured = entry
         self.on_playback_finished(playback_position=captured, interrupted=False)
-        if self.controller is not None and reply_id:
-            self.controller.on_playout_finished(reply_id, interrupted=False)
+        if self.replies is not None and reply_id:
+            self.replies.on_playout_finished(reply_id, interrupted=False)
 
     def clear_buffer(self) -> None:
         queued = self.source.queued_duration
         reply_id = self._segment_reply if self._segment_open else None
         if reply_id is None and self._finish_tasks:
             reply_id = self._finish_tasks[-1][1]
-        if self.controller is not None:
-            self.controller.on_clear_buffer(reply_id)
+        if self.replies is not None:
+            self.replies.on_clear_buffer(reply_id)
         self._drop_queue()
         self._end_with_silence()
         self._tell_cut(reply_id)
@@ -326,8 +326,8 @@ class RtcAudioOutput(io.AudioOutput):
             finished.append((self._segment_reply, max(0.0, self._segment_captured_s - queued)))
         for rid, position in finished:
             self.on_playback_finished(playback_position=position, interrupted=True)
-            if self.controller is not None and rid:
-                self.controller.on_playout_finished(rid, interrupted=True)
+            if self.replies is not None and rid:
+                self.replies.on_playout_finished(rid, interrupted=True)
 
     def pause(self) -> None:
         if self._resumed.is_set():

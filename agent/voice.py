@@ -52,13 +52,14 @@ from agent.output import FrameRecord, RtcAudioOutput
 from agent.stt import ObservedSTT, OmniSTT, STTObserver
 from agent.tracing import TraceCollector, TurnTrace
 from agent.tts import QwenTTS, SynthesisHooks
-from agent.turn.controller import DuplexController, State
+from agent.turn.controller import DuplexController
 from agent.turn.cut_notice import CutNotice
 from agent.turn.early_stt import EarlyTranscriber
 from agent.turn.end_of_turn import EndOfTurn
 from agent.turn.options import TurnMode, session_turn_handling
 from agent.turn.overlap_words import OverlapWords
 from agent.turn.reply import Reply
+from agent.turn.states import State
 from common.process import release_free_memory
 
 if TYPE_CHECKING:
@@ -131,7 +132,7 @@ class VoiceAgent(Agent):
         self, chat_ctx: llm.ChatContext, tools: list[llm.Tool], model_settings: ModelSettings
     ) -> AsyncIterator[llm.ChatChunk | str]:
         call = self.call
-        reply = call.controller.begin_reply(_speech_of_node(self))
+        reply = call.controller.replies.begin_reply(_speech_of_node(self))
         if reply.closed:
             return  # the speech was interrupted (or thrown away) before this node started
         reply.mark("llm_request", time.perf_counter())
@@ -161,7 +162,7 @@ class VoiceAgent(Agent):
 
     async def tts_node(self, text: AsyncIterable[str], model_settings: ModelSettings) -> AsyncIterator[rtc.AudioFrame]:
         call = self.call
-        reply = call.controller.begin_reply(_speech_of_node(self))
+        reply = call.controller.replies.begin_reply(_speech_of_node(self))
         if reply.closed:
             return  # interrupted (or thrown away) before this node started: not one frame
 
@@ -331,7 +332,7 @@ class Call:
         the controller knows the speech, its live flags, how to interrupt it, and its end."""
         handle = ev.speech_handle
         controller = self.controller
-        controller.on_speech_created(
+        controller.replies.on_speech_created(
             handle.id,
             is_interrupted=lambda: bool(handle.interrupted),
             source=lambda: livekit_internals.interrupt_source(handle),
@@ -339,10 +340,10 @@ class Call:
             interrupt=lambda: None if handle.interrupted or handle.done() else handle.interrupt(),
             said=ev.source == "say",
         )
-        handle.add_done_callback(lambda h: controller.on_speech_done(h.id, interrupted=bool(h.interrupted)))
+        handle.add_done_callback(lambda h: controller.replies.on_speech_done(h.id, interrupted=bool(h.interrupted)))
         fut = livekit_internals.interrupt_future(handle)
         if fut is not None:
-            fut.add_done_callback(lambda _f, key=handle.id: controller.on_speech_interrupted(key))
+            fut.add_done_callback(lambda _f, key=handle.id: controller.replies.on_speech_interrupted(key))
 
     def _interrupt_for_words(self) -> None:
         """A barge-in cue in the caller's words over the answer: the framework interrupts it, and the controller
@@ -367,7 +368,7 @@ class Call:
         line = f"{stage}: {type(exc).__name__}: {exc}"
         self.errors.append(f"{reply.turn_id} {line}")
         logger.error("%s failed [turn %s]: %s", stage.upper(), reply.turn_id, line)
-        self.controller.on_reply_error(reply, line)
+        self.controller.replies.on_reply_error(reply, line)
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self, *, room: rtc.Room | None = None, audio_input: Any = None) -> None:

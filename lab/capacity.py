@@ -38,7 +38,6 @@ from lab.callbench.speech import RATE, speak
 from lab.callbench.stack import LocalStack
 
 SETTLE_S = 3.0  # after a call joins, before its level is measured (its agent joins and publishes)
-LATE_LAG_MS = 20.0
 
 
 def caller_wav(path: Path, index: int, gap_s: float, questions: int = 4) -> None:

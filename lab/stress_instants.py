@@ -169,7 +169,7 @@ async def run_instants(rounds: int, cfg: Any, backend: Any, vad: Any, *, speech_
                     rec.settle_ms = round((time.perf_counter() - t_fire) * 1000.0, 1)
                 handle = armed.get("handle")
                 rec.interrupted = bool(handle is not None and handle.interrupted)
-                reply = ctl.reply_by_key(handle.id) if handle is not None else None
+                reply = ctl.replies.reply_by_key(handle.id) if handle is not None else None
                 if reply is not None and t_fire is not None:
                     own = [f for f in frames if f.reply_id == reply.reply_id]
                     rec.frames_before_cut = sum(1 for f in own if f.t_start <= t_fire)

@@ -4,7 +4,9 @@ One module per idea (docs/agent.md, "Turn-taking", says how they work together):
 - `options`: every knob of turn-taking, one typed frozen object (`TurnOptions`), and the session options it gives
   LiveKit for each `TURN_HANDLING` mode.
 - `controller`: `DuplexController`, the turn states and their transitions, driven by the session's events.
+- `states`: the floor's states and the whole table of legal moves.
 - `speeches`: the framework's speeches as the controller sees them (`Speech`), each with its reply.
+- `reply_life`: `ReplyLife`, from the speech the framework creates to the last frame heard, or the cut.
 - `overlaps`: speech over a playing answer: ducked, then judged a backchannel, a noise or a barge-in.
 - `cascade`: the barge-in cut: the audio gate, the engine streams, the LLM streams, in that order.
 - `reply`: one answer and what the cascade cancels for it. `cut_notice`: tells the page of a cut.

@@ -23,7 +23,7 @@ from agent.tracing import ANSWER_POINTS, Interruption, TurnTrace
 
 
 class Silenceable(Protocol):
-    controller: Any  # whom the output reports its frames, playout and clears to (set by the controller)
+    replies: Any  # whom the output reports its frames, playout and clears to (agent/turn/reply_life.py; set for it)
 
     def silence(self, reply_id: str) -> float:
         """Close the gate for `reply_id`, clear queued audio; return the perf_counter time it was done."""

@@ -31,7 +31,7 @@ class Utterance:
     stt_request: float | None = None
     stt_done: float | None = None
     text: str | None = None  # None until STT's outcome is known ("" for none, or a failure)
-    overlap: Any = None  # agent/turn/controller.py's Overlap when it began over a playing answer
+    overlap: Any = None  # agent/turn/overlaps.py `Overlap` when it began over a playing answer
     continues: TurnTrace | None = None  # the pending turn it went on with (a pause held inside that turn)
     forwarded: bool = False  # its transcript went on to the framework (or was dropped)
     turn: TurnTrace | None = None

@@ -19,7 +19,8 @@ import aiohttp
 import numpy as np
 from livekit import rtc
 
-RATE = 48_000
+from lab.callbench.speech import RATE
+
 FRAME = RATE // 100
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-RATE = 48_000
+RATE = 48_000  # what WebRTC (Opus) carries: the lab's callers speak and listen at it; defined here only
 
 
 def speak(text: str, *, voice: str = "en-us", words_per_minute: int = 165, pitch: int | None = None) -> np.ndarray:

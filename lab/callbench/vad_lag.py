@@ -44,7 +44,7 @@ SEND_FRAME = RATE // 100  # 10 ms, what a browser sends per capture callback
 RECEIVE_RATE = room_io.AudioInputOptions().sample_rate  # the session's input: LiveKit's default, which
 RECEIVE_FRAME_MS = 20  # agent/voice.py room_options keeps (its frame size: AGENT_INPUT_FRAME_MS's default)
 HANGOVER_MS = effective_hangover_ms(AgentConfig.vad_silence_ms)  # what Silero waits, as the worker loads it
-VOICED_DB = -50.0
+VOICED_DB = QUIET_DB  # the worker's quiet gate: quieter is silence
 COLUMNS = ("uplink_ms", "vad_decision_ms", "live_minus_offline_ms")
 
 

@@ -14,9 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
-RATE = 48_000
+from agent.config import QUIET_DB
+from lab.callbench.speech import RATE
+
 FRAME = RATE // 100  # 10 ms
-VOICED_DB = -50.0
+VOICED_DB = QUIET_DB  # the worker's quiet gate: quieter is silence
 _VOICED_AMPLITUDE = 32768.0 * 10 ** (VOICED_DB / 20)
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from agent.output import FrameRecord
 from agent.tracing import Outcome
-from agent.turn.controller import State
+from agent.turn.states import State
 from agent.turn.words import OverlapKind
 from agent.voice import Call
 from lab.fake_openai import FakeOpenAIServer, Script
@@ -273,7 +273,7 @@ class ScheduleRunner:
             if stale or irq.stale_frames_after_cancel:
                 out.violations.append(f"{len(stale)} frame(s) of {reply.turn_id} captured after its cut")
         for handle in handles:
-            reply = ctl.reply_by_key(handle.id) if hasattr(ctl, "reply_by_key") else None
+            reply = ctl.replies.reply_by_key(handle.id) if hasattr(ctl, "replies") else None
             if handle.interrupted and reply is not None:
                 late = [f for f in frames if f.reply_id == reply.reply_id and reply.interruption is not None
                         and f.t_start > reply.interruption.interrupt_detected]

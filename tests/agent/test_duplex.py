@@ -13,12 +13,13 @@ from typing import Any
 import pytest
 
 from agent.tracing import TraceCollector
-from agent.turn.controller import LEGAL, DuplexController, State
+from agent.turn.controller import DuplexController
+from agent.turn.states import LEGAL, State
 
 
 class FakeOutput:
     def __init__(self) -> None:
-        self.controller: Any = None
+        self.replies: Any = None
         self.silenced: list[str] = []
         self.ducked = self.restored = 0
 
@@ -38,7 +39,7 @@ class FakeOutput:
 def make(*, judge_overlaps: bool = True) -> tuple[DuplexController, FakeOutput]:
     output = FakeOutput()
     controller = DuplexController(TraceCollector("s", traces_dir=None), output=output, judge_overlaps=judge_overlaps)
-    assert output.controller is controller  # the output reports to the controller it was given to
+    assert output.replies is controller.replies  # the output reports to the replies of the controller it was given to
     return controller, output
 
 
@@ -50,7 +51,7 @@ class FakeHandle:
         self.interrupt_calls = 0
 
     def register(self, controller: DuplexController) -> None:
-        controller.on_speech_created(
+        controller.replies.on_speech_created(
             self.key, is_interrupted=lambda: self.interrupted, source=lambda: self.source,
             is_scheduled=lambda: self.scheduled, interrupt=self.interrupt,
         )  # fmt: skip
@@ -77,9 +78,9 @@ def answer(controller: DuplexController, key: str = "s1", *, t: float = 10.0) ->
     handle = FakeHandle(key)
     controller.on_turn_committed(t)
     handle.register(controller)
-    reply = controller.begin_reply(key)
+    reply = controller.replies.begin_reply(key)
     reply.mark("llm_request", t + 0.01)
-    controller.on_frame_published(key, t + 0.2)
+    controller.replies.on_frame_published(key, t + 0.2)
     return handle
 
 
@@ -135,8 +136,8 @@ def test_normal_turn_walks_holding_thinking_speaking_listening() -> None:
     assert turn is not None and turn.points["stt_request"] == pytest.approx(9.4)
     handle = answer(controller, t=9.8)
     assert controller.state is State.SPEAKING
-    assert controller.begin_reply(handle.key) is controller.reply  # llm_node and tts_node share it
-    controller.on_playout_finished(handle.key, interrupted=False)
+    assert controller.replies.begin_reply(handle.key) is controller.reply  # llm_node and tts_node share it
+    controller.replies.on_playout_finished(handle.key, interrupted=False)
     assert controller.state is State.LISTENING
     record = controller.collector.records[-1]
     assert record["outcome"] == "answered"
@@ -190,9 +191,9 @@ async def test_barge_in_cascade_cancels_everything_once_and_interrupting_lasts_u
     assert tts_task.cancelled() and closed == ["llm"]
     assert controller.state is State.INTERRUPTING  # a handler sees it until the speech has wound down
     assert controller.interrupt(source="vad", reply=reply) is None  # idempotent
-    controller.on_clear_buffer(reply.reply_id)  # the framework's own clear after ours: nothing more
+    controller.replies.on_clear_buffer(reply.reply_id)  # the framework's own clear after ours: nothing more
     assert output.silenced == [reply.reply_id]
-    controller.on_speech_done(handle.key, interrupted=True)
+    controller.replies.on_speech_done(handle.key, interrupted=True)
     assert controller.state is State.LISTENING and controller.reply is None
 
 
@@ -202,7 +203,7 @@ def test_frames_after_silence_are_counted_as_stale() -> None:
     handle = answer(controller, t=1.0)
     irq = controller.interrupt(reply=controller.reply)
     assert irq is not None and irq.audio_silenced is not None
-    controller.on_frame_published(handle.key, irq.audio_silenced + 0.01)
+    controller.replies.on_frame_published(handle.key, irq.audio_silenced + 0.01)
     assert irq.stale_frames_after_cancel == 1
 
 
@@ -217,8 +218,8 @@ def test_interrupted_turn_record_has_the_interruption() -> None:
     user_says(controller, "hello", start=0.0, end=0.5)
     handle = answer(controller, t=1.0)
     handle.interrupt()
-    controller.on_speech_interrupted(handle.key)
-    controller.on_speech_done(handle.key, interrupted=True)
+    controller.replies.on_speech_interrupted(handle.key)
+    controller.replies.on_speech_done(handle.key, interrupted=True)
     user_says(controller, "stop", start=2.0, end=2.4)  # the barge-in utterance ends: the interrupted turn is written
     first = controller.collector.records[0]
     assert first["outcome"] == "interrupted"
@@ -237,7 +238,7 @@ def test_turn_whose_speech_is_in_flight_is_held_open_until_the_speech_ends() -> 
     user_says(controller, "second", start=1.0, end=1.5)  # ends while s1 waits for the user to be silent
     assert controller.collector.records == []
     handle.interrupt()
-    controller.on_speech_done("s1", interrupted=True)
+    controller.replies.on_speech_done("s1", interrupted=True)
     (first,) = controller.collector.records
     assert first["outcome"] == "interrupted" and first["errors"] == []
     assert first["interruptions"][0]["frames_published"] == 0
@@ -259,12 +260,12 @@ def test_speech_interrupted_before_its_reply_gives_a_closed_reply() -> None:
     handle = FakeHandle("s1")
     handle.register(controller)
     handle.interrupt()
-    controller.on_speech_interrupted("s1")  # 0 ms: no node has run yet
-    reply = controller.begin_reply("s1")  # the LLM node starts anyway
+    controller.replies.on_speech_interrupted("s1")  # 0 ms: no node has run yet
+    reply = controller.replies.begin_reply("s1")  # the LLM node starts anyway
     assert reply.closed and controller.reply is None
     assert controller.state is State.THINKING  # committed; the cut speech produced nothing
-    assert controller.begin_reply("s1") is reply  # the TTS node gets the same closed reply
-    controller.on_speech_done("s1", interrupted=True)
+    assert controller.replies.begin_reply("s1") is reply  # the TTS node gets the same closed reply
+    controller.replies.on_speech_done("s1", interrupted=True)
     user_says(controller, "again", start=2.0, end=2.5)
     assert controller.collector.records[0]["outcome"] == "interrupted"
 
@@ -298,18 +299,18 @@ def test_a_pause_inside_the_turn_is_held_and_the_early_answer_thrown_away_unhear
     user_says(controller, "I would like to book a table", start=0.0, end=1.5)
     early = FakeHandle("early", scheduled=False)  # the framework prepares an answer on the transcript
     early.register(controller)
-    reply = controller.begin_reply("early")
+    reply = controller.replies.begin_reply("early")
     reply.mark("llm_request", 1.9)
     held = {"words": "neutral", "p_voice": 0.2, "threshold": 0.36, "wait": "medium"}
     controller.on_turn_decision(dict(held))  # agent/turn/end_of_turn.py judged the pause: the medium wait
     assert controller.state is State.HOLDING  # not committed: nothing may be heard
     controller.on_user_speech_started(2.2)  # the caller goes on after a 700 ms pause
-    assert dropped == [1] and reply.closed and not controller.frame_allowed("early")
+    assert dropped == [1] and reply.closed and not controller.replies.frame_allowed("early")
     assert controller.state is State.LISTENING
     user_says(controller, "for four people tomorrow evening.", start=None, end=4.0)
-    controller.on_speech_done("early", interrupted=True)  # the framework drops it: not an interruption
+    controller.replies.on_speech_done("early", interrupted=True)  # the framework drops it: not an interruption
     handle = answer(controller, "s2", t=4.4)
-    controller.on_playout_finished(handle.key, interrupted=False)
+    controller.replies.on_playout_finished(handle.key, interrupted=False)
     (record,) = controller.collector.records
     assert record["outcome"] == "answered" and record["interruptions"] == []
     assert record["pauses"] == [{"at": pytest.approx(-2.5), "ms": pytest.approx(700.0), "decision": held}]
@@ -324,13 +325,13 @@ def test_an_early_answer_the_framework_replaces_is_recorded_as_discarded() -> No
     user_says(controller, "hello", start=0.0, end=0.5)
     early = FakeHandle("early", scheduled=False)
     early.register(controller)
-    controller.begin_reply("early")
+    controller.replies.begin_reply("early")
     early.interrupted = True  # the framework's _cancel(): interrupted with no source, never scheduled
-    controller.on_speech_interrupted("early")
-    controller.on_speech_done("early", interrupted=True)
+    controller.replies.on_speech_interrupted("early")
+    controller.replies.on_speech_done("early", interrupted=True)
     assert controller.interruptions == []
     handle = answer(controller, "s2", t=1.0)
-    controller.on_playout_finished(handle.key, interrupted=False)
+    controller.replies.on_playout_finished(handle.key, interrupted=False)
     (record,) = controller.collector.records
     assert record["outcome"] == "answered" and record["discarded"][0]["reason"] == "transcript changed"
 
@@ -357,7 +358,7 @@ def test_a_backchannel_or_a_noise_over_the_answer_ducks_then_restores_and_is_no_
         assert controller.on_transcript(said) is False  # dropped: the framework never answers "mm-hmm"
     assert controller.state is State.SPEAKING and output.restored == 1 and output.silenced == []
     assert handle.interrupt_calls == 0
-    controller.on_playout_finished(handle.key, interrupted=False)
+    controller.replies.on_playout_finished(handle.key, interrupted=False)
     (record,) = controller.collector.records
     assert record["outcome"] == "answered"
     (overlap,) = record["overlaps"]
@@ -375,8 +376,8 @@ def test_words_that_ask_for_the_floor_cut_the_answer_and_become_the_next_turn() 
     assert output.silenced == [handle.key] and handle.interrupt_calls == 1  # our cascade, then the framework's
     assert controller.state is State.INTERRUPTING
     assert controller.on_transcript("Wait, no.") is True  # the framework answers it
-    controller.on_speech_interrupted(handle.key)
-    controller.on_speech_done(handle.key, interrupted=True)
+    controller.replies.on_speech_interrupted(handle.key)
+    controller.replies.on_speech_done(handle.key, interrupted=True)
     assert controller.state is State.HOLDING  # the barge-in turn waits for its commit
     first = controller.collector.records[0]
     assert first["outcome"] == "interrupted" and first["interruptions"][0]["source"] == "words"
@@ -390,9 +391,9 @@ def test_speech_over_the_answer_longer_than_the_minimum_is_cut_by_the_framework(
     handle = speaking(controller)
     controller.on_user_speech_started(3.0)
     handle.interrupted, handle.source = True, "audio_activity"  # the framework's min_duration passed
-    controller.on_speech_interrupted(handle.key)
+    controller.replies.on_speech_interrupted(handle.key)
     assert output.silenced == [handle.key]
-    controller.on_speech_done(handle.key, interrupted=True)
+    controller.replies.on_speech_done(handle.key, interrupted=True)
     controller.on_stt_request(4.5)
     controller.on_user_speech_ended(4.6)
     assert controller.collector.current is not None and controller.collector.current.index == 2

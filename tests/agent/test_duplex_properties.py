@@ -267,13 +267,13 @@ def test_the_memory_check_sees_a_kept_call(stage: Stage, monkeypatch: Any) -> No
 def test_the_harness_can_see_a_violation(stage: Stage, monkeypatch: Any) -> None:
     """The invariants are not vacuous: a controller that ignores the speech's end (the pre-fix wiring)
     is caught by the same checks on a 0 ms cut."""
-    from agent.turn.controller import DuplexController
+    from agent.turn.reply_life import ReplyLife
 
-    monkeypatch.setattr(DuplexController, "on_speech_done", lambda self, key, *, interrupted: None)
-    monkeypatch.setattr(DuplexController, "on_speech_interrupted", lambda self, key, t=None: None)
-    monkeypatch.setattr(DuplexController, "frame_allowed", lambda self, reply_id: True)
+    monkeypatch.setattr(ReplyLife, "on_speech_done", lambda self, key, *, interrupted: None)
+    monkeypatch.setattr(ReplyLife, "on_speech_interrupted", lambda self, key, t=None: None)
+    monkeypatch.setattr(ReplyLife, "frame_allowed", lambda self, reply_id: True)
     monkeypatch.setattr("tests.agent.duplex_schedule.SETTLE_S", 0.5)
-    monkeypatch.setattr(DuplexController, "on_speech_created", lambda self, key, **kw: None)
+    monkeypatch.setattr(ReplyLife, "on_speech_created", lambda self, key, **kw: None)
     violations = stage.run([TurnPlan(cut=Cut("api", "speech_created")), TurnPlan()], ("vad", 0.04))
     assert any(v.startswith("stuck") for v in violations), violations
     assert any(v.startswith("log of this schedule") and "agent.turn.controller" in v for v in violations), \

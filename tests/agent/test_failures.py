@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from agent.config import AgentConfig
-from agent.turn.controller import State
+from agent.turn.states import State
 from agent.voice import Apology
 from lab.fake_openai import FakeOpenAIServer
 from lab.simulate import SimOptions, load_vad, run_call
