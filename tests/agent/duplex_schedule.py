@@ -257,7 +257,7 @@ class ScheduleRunner:
             out.violations.append(f"state: controller {ctl.state.value}, livekit {call.session.agent_state}")
         if ctl.reply is not None:
             out.violations.append(f"reply {ctl.reply.reply_id} still active when idle")
-        for speech in ctl._speeches.values():
+        for speech in ctl.speeches:
             reply = speech.reply
             if reply is not None and not reply.done and reply.interruption is None:
                 out.violations.append(f"reply {reply.reply_id} ({reply.turn_id}) outlived its speech")

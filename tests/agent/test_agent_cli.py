@@ -100,3 +100,25 @@ def test_a_bad_otlp_protocol_stops_the_worker_before_it_starts() -> None:
     assert result.returncode == 2, result.stderr[-2000:]
     assert "configuration error: OTEL_EXPORTER_OTLP_PROTOCOL='http/json' is not supported" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_the_lab_commands_say_so_when_the_lab_is_not_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """`simulate` and `stress` run the lab in a child process; an installed worker without the source tree gets one
+    clear line and exit 2, not a traceback."""
+    from agent import __main__ as cli
+
+    monkeypatch.setattr(cli, "CHECKOUT", tmp_path)
+    assert cli.main(["stress", "--rounds", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "the lab (lab/, beside agent/ in a source checkout) is not here" in err and "Traceback" not in err
+
+
+def test_the_product_cli_starts_the_lab_in_a_child_process() -> None:
+    """The worker's command line never imports the lab: `simulate --help` is answered by a child process."""
+    probe = subprocess.run([sys.executable, "-c", "import sys\nfrom agent.__main__ import main\n"
+                            "code = main(['simulate', '--help'])\n"
+                            "print('LAB', sorted(m for m in sys.modules if m == 'lab' or m.startswith('lab.')), code)"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert "LAB [] 0" in probe.stdout, probe.stdout[-800:] + probe.stderr[-800:]
+    assert "python -m agent simulate" in probe.stdout
