@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import time
@@ -235,7 +236,7 @@ class AgentGuard:
         task = asyncio.get_running_loop().create_task(self._recover(recovery, wait_s), name=f"agent-guard-{room}")
         self._tasks[room] = task
         self.recoveries[room] = recovery
-        task.add_done_callback(lambda t, r=recovery: self._ended(r, t))
+        task.add_done_callback(functools.partial(self._ended, recovery))
 
     def _ended(self, recovery: Recovery, task: asyncio.Task[None]) -> None:
         if self._tasks.get(recovery.room) is task:

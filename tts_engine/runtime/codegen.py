@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -84,7 +85,7 @@ class SamplingParams:
         return cls(do_sample=False, subtalker_do_sample=False, repetition_penalty=repetition_penalty, seed=seed)
 
     @classmethod
-    def from_generation_config(cls, cfg: GenerationDefaults | ModelConfig, **overrides: object) -> SamplingParams:
+    def from_generation_config(cls, cfg: GenerationDefaults | ModelConfig, **overrides: Any) -> SamplingParams:
         gen = cfg.generation if isinstance(cfg, ModelConfig) else cfg
         base = cls(
             do_sample=gen.do_sample, temperature=gen.temperature, top_k=gen.top_k, top_p=gen.top_p,
@@ -92,7 +93,7 @@ class SamplingParams:
             subtalker_temperature=gen.subtalker_temperature, subtalker_top_k=gen.subtalker_top_k,
             subtalker_top_p=gen.subtalker_top_p,
         )
-        return dataclasses.replace(base, **overrides)  # type: ignore[arg-type]
+        return dataclasses.replace(base, **overrides)
 
 
 @dataclass
