@@ -113,7 +113,7 @@ class ObservedSTT(stt.STT):
         the final transcript, or the error it failed with."""
         try:
             return await super().recognize(buffer, language=language, conn_options=conn_options)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the outcome: handed to the caller, which reports it
             return exc
 
     def report_request(self, requested_at: float) -> None:

@@ -292,7 +292,7 @@ class QwenTTS(tts.TTS):
                 await self._synthesize(text, queue.put_nowait, reply_id=reply_id, hooks=hooks)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # logged once by the hook owner (with the turn id)
+            except Exception as exc:  # noqa: BLE001 - logged once by the hook owner (with the turn id)
                 if hooks.on_error:
                     hooks.on_error(exc)
                 else:

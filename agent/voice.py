@@ -152,7 +152,7 @@ class VoiceAgent(Agent):
                     sent_text = True
                 yield chunk
                 await asyncio.sleep(0)  # let the TTS side run between chunks
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - reported on the reply; the caller hears the apology
             if reply.closed:
                 return  # closed by the cascade: not an error
             call.report_error(reply, "llm", exc)

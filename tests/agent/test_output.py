@@ -56,7 +56,7 @@ async def test_flush_then_clear_reports_one_interrupted_finish() -> None:
     out.clear_buffer()
     await asyncio.sleep(0.1)
     finished = [ev for name, ev in events if name == "finished"]
-    assert len(finished) == 1 and finished[0].interrupted  # type: ignore[attr-defined]
+    assert len(finished) == 1 and finished[0].interrupted
     await out.aclose()
 
 
@@ -116,14 +116,14 @@ async def test_a_queue_that_ran_dry_mid_segment_is_a_counted_gap() -> None:
             self.gaps.append((reply_id, gap_s))
 
     out, _, _ = make()
-    out.controller = Controller()  # type: ignore[assignment]
+    out.controller = Controller()
     for _ in range(3):  # back to back: the queue never runs dry
         await out.capture_frame(frame("r1"))
     assert out.playout_gaps == 0
     await asyncio.sleep(0.2)  # 60 ms queued, then 140 ms with nothing to play
     await out.capture_frame(frame("r1"))
     assert out.playout_gaps == 1
-    [(reply, gap)] = out.controller.gaps  # type: ignore[attr-defined]
+    [(reply, gap)] = out.controller.gaps
     assert reply == "r1" and 0.1 < gap < 0.3
     out.flush()
     await asyncio.sleep(0.1)

@@ -207,7 +207,7 @@ async def _lifecycle(
         if isinstance(exc, asyncio.CancelledError):
             raise
         return sent() or web.Response(status=499)
-    except Exception as exc:  # an engine fault: a 500 before the headers, a cut body after them
+    except Exception as exc:  # noqa: BLE001 - an engine fault: a 500 before the headers, a cut body after
         return _fault(server, request, label, summary, handle, exc, sent(), fail)
     finally:
         server.in_flight.dec()
