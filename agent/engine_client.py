@@ -27,7 +27,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -61,7 +61,7 @@ class TTSBackend(Protocol):
     @property
     def active_streams(self) -> int: ...
 
-    def stream(self, text: str, *, speaker: str, language: str) -> AsyncIterator[PacketLike]: ...
+    def stream(self, text: str, *, speaker: str, language: str) -> AsyncGenerator[PacketLike, None]: ...  # closable
 
     async def aclose(self) -> None: ...
 
@@ -87,7 +87,7 @@ class LocalBackend:
     def active_streams(self) -> int:
         return self._active
 
-    async def stream(self, text: str, *, speaker: str, language: str) -> AsyncIterator[PacketLike]:
+    async def stream(self, text: str, *, speaker: str, language: str) -> AsyncGenerator[PacketLike, None]:
         with self._count_lock:
             self._active += 1
         try:
@@ -164,7 +164,7 @@ class RemoteBackend:
                 session = self._sessions[loop] = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers)
             return session
 
-    async def stream(self, text: str, *, speaker: str, language: str) -> AsyncIterator[PacketLike]:
+    async def stream(self, text: str, *, speaker: str, language: str) -> AsyncGenerator[PacketLike, None]:
         self._active += 1
         body: dict[str, Any] = {"text": text, "speaker": speaker, "language": language}
         if self.max_frames_per_segment:

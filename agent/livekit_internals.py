@@ -249,6 +249,7 @@ def close_runners_cancelled_in_prewarm() -> bool:
                 fut.set_exception(RuntimeError("runner initialization cancelled"))
             raise
 
-    initialize_settling_when_cancelled._settles_when_cancelled = True  # type: ignore[attr-defined]
-    ThreadJobExecutor.initialize = initialize_settling_when_cancelled  # type: ignore[method-assign]
+    # a marker on the replacement (the patch applies once), then the patch itself: both on purpose
+    initialize_settling_when_cancelled._settles_when_cancelled = True  # type: ignore[attr-defined]  # a marker
+    ThreadJobExecutor.initialize = initialize_settling_when_cancelled  # type: ignore[method-assign]  # the patch
     return True

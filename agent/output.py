@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections import deque
@@ -294,7 +295,7 @@ class RtcAudioOutput(io.AudioOutput):
         task = asyncio.ensure_future(asyncio.sleep(remaining))
         entry = (task, self._segment_reply, self._segment_captured_s)
         self._finish_tasks.append(entry)
-        task.add_done_callback(lambda t, e=entry: self._segment_played(e, t))
+        task.add_done_callback(functools.partial(self._segment_played, entry))
 
     def _segment_played(self, entry: tuple[asyncio.Task[None], str | None, float], task: asyncio.Task[None]) -> None:
         if entry not in self._finish_tasks or task.cancelled():

@@ -67,7 +67,7 @@ def check_openai_server(
 ) -> Check:
     url = base_url.rstrip("/") + "/models"
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - operator-given URL
+        with urllib.request.urlopen(url, timeout=timeout) as resp:  # operator-given URL
             body = json.loads(resp.read() or b"{}")
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
@@ -114,7 +114,8 @@ def run_checks(agent: AgentConfig, engine: EngineConfig, *, need_livekit: bool =
             livekit = _as_default(livekit, "local LiveKit server", "LIVEKIT_URL is empty; scripts/start_all.sh runs it")
         checks.append(livekit)
     hint = "start it: scripts/start_all.sh start local_llm" if agent.llm_default else None
-    llm = check_openai_server("llm", "LLM_BASE_URL", agent.llm_base_url, **({"hint": hint} if hint else {}))
+    llm = (check_openai_server("llm", "LLM_BASE_URL", agent.llm_base_url, hint=hint) if hint
+           else check_openai_server("llm", "LLM_BASE_URL", agent.llm_base_url))
     if agent.llm_default:
         llm = _as_default(llm, "llama.cpp + SmolLM2-135M", "LLM_BASE_URL is empty; scripts/start_all.sh runs it")
     checks.append(llm)

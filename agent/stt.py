@@ -35,6 +35,7 @@ import unicodedata
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import openai
 from livekit import rtc
@@ -50,6 +51,7 @@ from livekit.agents import (
 )
 from livekit.agents.language import LanguageCode
 from livekit.agents.types import NOT_GIVEN, NotGivenOr
+from openai.types.chat import ChatCompletionMessageParam
 
 from agent.openai_client import openai_client
 from common.audio_format import SPEECH_SAMPLE_RATE
@@ -111,7 +113,7 @@ class ObservedSTT(stt.STT):
         the final transcript, or the error it failed with."""
         try:
             return await super().recognize(buffer, language=language, conn_options=conn_options)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the outcome: handed to the caller, which reports it
             return exc
 
     def report_request(self, requested_at: float) -> None:
@@ -187,7 +189,8 @@ class OmniSTT(ObservedSTT):
         try:
             resp = await self._client.chat.completions.create(
                 model=self._model,
-                messages=messages,  # type: ignore[arg-type]
+                # an audio_url content part is vLLM's extension, not one of the openai package's types
+                messages=cast("list[ChatCompletionMessageParam]", messages),
                 temperature=0.0,
                 max_tokens=self._max_tokens,
                 stream=False,

@@ -84,7 +84,7 @@ class TraceSpans:
             for name, start, end in tracing.SEGMENTS:
                 if start in points and end in points:
                     a, b = sorted((points[start], points[end]))
-                    attrs = {f"{PREFIX}from": start, f"{PREFIX}to": end}
+                    attrs: dict[str, str | float] = {f"{PREFIX}from": start, f"{PREFIX}to": end}
                     if name in segments_ms:
                         attrs[f"{PREFIX}duration_ms"] = float(segments_ms[name])
                     self._tracer.start_span(

@@ -135,7 +135,8 @@ def parse_turn(obj: Any, where: str) -> tuple[Turn | None, list[Problem]]:
     """One trace object -> Turn, or None with the reason. Problems that only affect one value are returned too."""
     if not isinstance(obj, dict):
         return None, [Problem(where, f"expected a JSON object, got {type(obj).__name__}")]
-    source = obj.get("points") if isinstance(obj.get("points"), dict) else obj
+    nested = obj.get("points")
+    source: dict[str, Any] = nested if isinstance(nested, dict) else obj
     points: dict[str, float] = {}
     problems: list[Problem] = []
     for name in POINTS:

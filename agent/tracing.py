@@ -169,7 +169,7 @@ class TurnTrace:
         """The user spoke again before the turn was committed: a pause inside the turn. The next utterance's STT
         points replace this one's, and the pause keeps the judgement of its end (the wait it was held in; none when
         the user went on before the transcript was in): `turn_decision` is left for the turn's last end."""
-        stt = {p: self.points.pop(p) for p in ("stt_request", "stt_done") if p in self.points}
+        stt: dict[str, float] = {p: self.points.pop(p) for p in ("stt_request", "stt_done") if p in self.points}
         decision, self.turn_decision = self.turn_decision, {}
         self.pauses.append(Pause(ended=self.points["vad_speech_end"], resumed=t, stt_points=stt, decision=decision))
 

@@ -172,7 +172,7 @@ class QwenTTS(tts.TTS):
             if hooks.on_segment:
                 hooks.on_segment(segment)
             stream = self.backend.stream(segment, speaker=self.speaker, language=language)
-            async with contextlib.aclosing(stream):  # type: ignore[type-var]
+            async with contextlib.aclosing(stream):
                 on_first = hooks.on_first_packet if first_packet else None
                 first_packet = not await self._play(stream, reply_id, emit, on_first) and first_packet
 
@@ -212,7 +212,9 @@ class QwenTTS(tts.TTS):
     async def _synthesize_tokens(self, text: AsyncIterable[str], emit: Callable[[rtc.AudioFrame], None], *,
                                  reply_id: str, hooks: SynthesisHooks, language: str) -> None:
         """LLM text pushed into one streaming-text engine stream as it arrives; packets out as they exist."""
-        stream = self.backend.open_text_stream(speaker=self.speaker, language=language)  # type: ignore[attr-defined]
+        # not in TTSBackend: only LocalBackend has it, and text_input is "tokens" only for a backend that does
+        open_stream = self.backend.open_text_stream  # type: ignore[attr-defined]  # LocalBackend's only (__init__)
+        stream = open_stream(speaker=self.speaker, language=language)
         rest: list[str] = []  # text past what the stream can speak: the segment path takes it afterwards
 
         pushed: list[str] = []
@@ -290,7 +292,7 @@ class QwenTTS(tts.TTS):
                 await self._synthesize(text, queue.put_nowait, reply_id=reply_id, hooks=hooks)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # logged once by the hook owner (with the turn id)
+            except Exception as exc:  # noqa: BLE001 - logged once by the hook owner (with the turn id)
                 if hooks.on_error:
                     hooks.on_error(exc)
                 else:

@@ -28,6 +28,7 @@ at its comma (170 ms quiet, then a plosive Silero calls silence), hence 224 (doc
 from __future__ import annotations
 
 import math
+from typing import Final
 
 import numpy as np
 from livekit.plugins import silero
@@ -37,7 +38,7 @@ from agent import livekit_internals
 from agent.config import QUIET_DB
 from common.audio_format import SPEECH_SAMPLE_RATE
 
-VAD_SAMPLE_RATE = SPEECH_SAMPLE_RATE  # Silero runs at 16 kHz
+VAD_SAMPLE_RATE: Final = SPEECH_SAMPLE_RATE  # Silero runs at 16 kHz
 WINDOW_SAMPLES = 512  # Silero's window at 16 kHz
 WINDOW_MS = WINDOW_SAMPLES * 1000 / VAD_SAMPLE_RATE  # 32 ms
 
@@ -112,5 +113,7 @@ class GatedSileroVAD(silero.VAD):
 
 def load_vad(silence_ms: float, quiet_db: float | None = QUIET_DB) -> silero.VAD:
     vad = GatedSileroVAD.load(min_silence_duration=min_silence_duration_s(silence_ms), sample_rate=VAD_SAMPLE_RATE)
+    if not isinstance(vad, GatedSileroVAD):  # load() is annotated as returning the base class; it builds `cls`
+        raise TypeError(f"silero.VAD.load() built a {type(vad).__name__}, not the gated VAD: the plugin changed")
     vad.quiet_db = quiet_db
     return vad

@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
@@ -152,7 +153,7 @@ class VoiceAgent(Agent):
                     sent_text = True
                 yield chunk
                 await asyncio.sleep(0)  # let the TTS side run between chunks
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - reported on the reply; the caller hears the apology
             if reply.closed:
                 return  # closed by the cascade: not an error
             call.report_error(reply, "llm", exc)
@@ -294,7 +295,7 @@ class Call:
         )
         self.agent = VoiceAgent(self)
         warmup = cfg.aec_warmup_s if aec_warmup_s is None else aec_warmup_s
-        retry = dict(max_retry=cfg.api_max_retry, retry_interval=0.3)
+        retried = functools.partial(APIConnectOptions, max_retry=cfg.api_max_retry, retry_interval=0.3)
         # the session's STT: the utterance goes to STT at the pause that may end the turn (agent/turn/early_stt.py)
         early = cfg.stt_early_ms
         session_stt = self.stt if early is None else EarlyTranscriber(stt=self.stt, vad=vad, early_ms=early)
@@ -306,8 +307,8 @@ class Call:
             turn_handling=session_turn_handling(turn, self.end_of_turn),
             aec_warmup_duration=warmup if warmup and warmup > 0 else None,
             conn_options=SessionConnectOptions(
-                stt_conn_options=APIConnectOptions(timeout=cfg.stt_timeout_s, **retry),
-                llm_conn_options=APIConnectOptions(timeout=cfg.llm_timeout_s, **retry),
+                stt_conn_options=retried(timeout=cfg.stt_timeout_s),
+                llm_conn_options=retried(timeout=cfg.llm_timeout_s),
                 tts_conn_options=APIConnectOptions(timeout=cfg.llm_timeout_s, max_retry=0),
             ),
         )
@@ -332,18 +333,24 @@ class Call:
         the controller knows the speech, its live flags, how to interrupt it, and its end."""
         handle = ev.speech_handle
         controller = self.controller
+
+        def interrupt() -> None:
+            if not (handle.interrupted or handle.done()):
+                handle.interrupt()
+
         controller.replies.on_speech_created(
             handle.id,
             is_interrupted=lambda: bool(handle.interrupted),
             source=lambda: livekit_internals.interrupt_source(handle),
             is_scheduled=lambda: bool(handle.scheduled),
-            interrupt=lambda: None if handle.interrupted or handle.done() else handle.interrupt(),
+            interrupt=interrupt,
             said=ev.source == "say",
         )
         handle.add_done_callback(lambda h: controller.replies.on_speech_done(h.id, interrupted=bool(h.interrupted)))
         fut = livekit_internals.interrupt_future(handle)
         if fut is not None:
-            fut.add_done_callback(lambda _f, key=handle.id: controller.replies.on_speech_interrupted(key))
+            key = handle.id
+            fut.add_done_callback(lambda _f: controller.replies.on_speech_interrupted(key))
 
     def _interrupt_for_words(self) -> None:
         """A barge-in cue in the caller's words over the answer: the framework interrupts it, and the controller

@@ -10,13 +10,15 @@ Every module imports these names from here; nothing else defines them (tests/age
 
 from __future__ import annotations
 
+from typing import Final
+
 SAMPLE_RATE = 24_000
 SAMPLES_PER_FRAME = 1920  # one codec frame = 80 ms
 FRAMES_PER_SECOND = SAMPLE_RATE / SAMPLES_PER_FRAME  # 12.5
 SAMPLE_WIDTH = 2  # bytes per sample (int16)
 CHANNELS = 1
 MAX_PACKET_FRAMES = 64  # the largest packet a request may ask for (5.12 s)
-SPEECH_SAMPLE_RATE = 16_000  # the speech models' input (VAD, STT)
+SPEECH_SAMPLE_RATE: Final = 16_000  # the speech models' input (VAD, STT); Final: Silero's load() takes a literal
 
 
 def frames_to_seconds(frames: int) -> float:

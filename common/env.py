@@ -17,6 +17,7 @@ server all raise and catch it; `error` lets a caller raise another class instead
 
 from __future__ import annotations
 
+import builtins
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -75,7 +76,11 @@ class Env:
         value = self.raw(name)
         return default if value is None else value
 
-    def int(self, name: str, default: int, *, lo: int | None = None, hi: int | None = None) -> int:
+    # Below `def str`, a bare `str` (and so on) in an annotation would name the method, not the type.
+    def int(
+        self, name: builtins.str, default: builtins.int, *, lo: builtins.int | None = None,
+        hi: builtins.int | None = None,
+    ) -> builtins.int:
         value = self.raw(name)
         if value is None:
             return default
@@ -86,7 +91,10 @@ class Env:
         self._check_range(name, parsed, lo, hi)
         return parsed
 
-    def float(self, name: str, default: float, *, lo: float | None = None, hi: float | None = None) -> float:
+    def float(
+        self, name: builtins.str, default: builtins.float, *, lo: builtins.float | None = None,
+        hi: builtins.float | None = None,
+    ) -> builtins.float:
         value = self.raw(name)
         if value is None:
             return default
@@ -97,7 +105,7 @@ class Env:
         self._check_range(name, parsed, lo, hi)
         return parsed
 
-    def bool(self, name: str, default: bool) -> bool:
+    def bool(self, name: builtins.str, default: builtins.bool) -> builtins.bool:
         value = self.raw(name)
         if value is None:
             return default
@@ -108,7 +116,9 @@ class Env:
             return False
         raise self.error(f"{name}={value!r} is not a boolean; allowed: 1/0, true/false, yes/no, on/off")
 
-    def choice(self, name: str, default: str, allowed: tuple[str, ...]) -> str:
+    def choice(
+        self, name: builtins.str, default: builtins.str, allowed: tuple[builtins.str, ...]
+    ) -> builtins.str:
         value = self.raw(name)
         if value is None:
             return default
@@ -116,7 +126,9 @@ class Env:
             raise self.error(f"{name}={value!r} is not allowed; allowed values: {', '.join(allowed)}")
         return value
 
-    def _check_range(self, name: str, value: float, lo: float | None, hi: float | None) -> None:
+    def _check_range(
+        self, name: builtins.str, value: builtins.float, lo: builtins.float | None, hi: builtins.float | None
+    ) -> None:
         if (lo is not None and value < lo) or (hi is not None and value > hi):
             raise self.error(f"{name}={value} is out of range{_range_text(lo, hi)}")
 

@@ -121,7 +121,7 @@ class FakeOpenAIServer:
         site = web.TCPSite(self._runner, host, port)
         await site.start()
         self.host = host
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.port = site._server.sockets[0].getsockname()[1]
         return self
 
     async def stop(self) -> None:

@@ -198,7 +198,7 @@ class Runner:
                         break
                     last_turn = turn = call.collector.current
                     if cut and turn is not None:
-                        spoke = lambda t=turn: t.has("first_frame_published") or t.finished  # noqa: E731
+                        spoke = lambda t=turn: t.has("first_frame_published") or t.finished  # noqa: E731 - bound to this turn
                         if not await _until(spoke, opts.turn_timeout_s):
                             rec.stuck = f"turn {i + 1}: no agent frame within {opts.turn_timeout_s:.0f} s"
                         delay = self.rng.uniform(opts.min_delay_s, opts.max_delay_s)

@@ -75,7 +75,7 @@ class Served:
     def _copy(self, head: list[str]) -> None:
         with self.log.open("w") as fh:
             fh.writelines(head)
-            for line in self.proc.stdout:  # type: ignore[union-attr]
+            for line in self.proc.stdout:
                 fh.write(line)
 
     def rss_kib(self) -> int:
@@ -320,7 +320,7 @@ def after_checks(served: Served) -> dict[str, Any]:
     while True:
         health = requests.get(served.base + "/healthz", timeout=10).json()
         metrics = requests.get(served.base + "/metrics", headers=key, timeout=10).text
-        gauges = {name: float(re.search(rf"^{name} (\S+)$", metrics, re.M).group(1))  # type: ignore[union-attr]
+        gauges = {name: float(re.search(rf"^{name} (\S+)$", metrics, re.M).group(1))
                   for name in ("tts_engine_open_streams", "tts_engine_running_streams", "tts_http_streams_in_flight")}
         if (health["open_streams"] == 0 and not any(gauges.values())) or time.monotonic() > deadline:
             break

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import time
@@ -235,7 +236,7 @@ class AgentGuard:
         task = asyncio.get_running_loop().create_task(self._recover(recovery, wait_s), name=f"agent-guard-{room}")
         self._tasks[room] = task
         self.recoveries[room] = recovery
-        task.add_done_callback(lambda t, r=recovery: self._ended(r, t))
+        task.add_done_callback(functools.partial(self._ended, recovery))
 
     def _ended(self, recovery: Recovery, task: asyncio.Task[None]) -> None:
         if self._tasks.get(recovery.room) is task:
@@ -342,7 +343,7 @@ def install(app: web.Application, config: ServerConfig, guard_config: GuardConfi
         body = (await request.read()).decode("utf-8", errors="replace")
         try:
             event = receiver.receive(body, request.headers.get("Authorization", ""))
-        except Exception as exc:  # livekit-api raises plain Exception for a bad hash; jwt errors for a bad token
+        except Exception as exc:  # noqa: BLE001 - livekit-api: plain Exception for a bad hash, jwt's for a bad token
             log.warning("refused a webhook: %s", exc)
             message = "webhook signature does not verify with this server's LiveKit key pair"
             return web.json_response({"error": message, "field": "Authorization"}, status=401)

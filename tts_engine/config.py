@@ -10,6 +10,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from common.audio_format import MAX_PACKET_FRAMES
 from common.env import Env
@@ -103,7 +104,7 @@ class EngineConfig:
     gate_snr_baseline_db: float = 15.0
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> EngineConfig:
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> EngineConfig:
         """Read the TTS_* variables (docs/engine.md, "Configuration"); keyword overrides (e.g. CLI flags) win."""
         env = Env(environ)
         cfg = cls(

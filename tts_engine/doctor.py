@@ -41,12 +41,15 @@ Shapes = dict[str, tuple[int, ...]]
 TALKER_PREFIX, CODEC_PREFIX = "talker.", "decoder."
 _STACK_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                "num_key_value_heads", "head_dim", "vocab_size")
-TALKER_KEYS = [("talker_config", k) for k in (*_STACK_KEYS, "text_vocab_size", "text_hidden_size", "num_code_groups")]
+ConfigKey = tuple[str, ...]  # a path of keys into config.json
+TALKER_KEYS: list[ConfigKey] = [
+    ("talker_config", k) for k in (*_STACK_KEYS, "text_vocab_size", "text_hidden_size", "num_code_groups")
+]
 TALKER_KEYS += [("talker_config", "code_predictor_config", k) for k in _STACK_KEYS]
-CODEC_KEYS = [("decoder_config", k) for k in ("codebook_size", "codebook_dim", "latent_dim", "hidden_size",
-                                              "num_attention_heads", "num_key_value_heads", "head_dim",
-                                              "intermediate_size", "num_hidden_layers", "num_quantizers",
-                                              "decoder_dim")]
+CODEC_KEYS: list[ConfigKey] = [("decoder_config", k) for k in ("codebook_size", "codebook_dim", "latent_dim",
+                                                               "hidden_size", "num_attention_heads",
+                                                               "num_key_value_heads", "head_dim", "intermediate_size",
+                                                               "num_hidden_layers", "num_quantizers", "decoder_dim")]
 _COUNT_KEYS = ("num_hidden_layers", "num_code_groups", "num_quantizers")
 _LIST = 4  # names shown per list in one message
 
@@ -187,7 +190,7 @@ def _size_problem(path: Path) -> str | None:
 
 
 def _compare(path: Path, config_path: Path, present: Shapes, config: dict[str, Any],
-             build: Callable[[dict[str, Any]], Shapes], keys: list[tuple[str, ...]], diag: Diagnosis) -> None:
+             build: Callable[[dict[str, Any]], Shapes], keys: list[ConfigKey], diag: Diagnosis) -> None:
     for key in keys:
         value = _lookup(config, key)
         integral = isinstance(value, int | float) and not isinstance(value, bool) and float(value).is_integer()

@@ -35,7 +35,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -260,9 +260,11 @@ class Engine:
         except TTSInputError:
             self.counters.add("input_errors")
             raise
+        # validate() and _check_int raised unless each of these is None or an integer in its range
         return ("" if text is None else checked), CallOptions(
-            speaker=speaker, language=language, instruct=instruct, packet_frames=packet_frames,  # type: ignore[arg-type]
-            first_packet_frames=first_packet_frames, seed=seed, max_frames=max_frames,  # type: ignore[arg-type]
+            speaker=speaker, language=language, instruct=instruct, packet_frames=cast("int | None", packet_frames),
+            first_packet_frames=cast("int | None", first_packet_frames), seed=cast("int | None", seed),
+            max_frames=cast("int | None", max_frames),
         )
 
     def stream(

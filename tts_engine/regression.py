@@ -34,7 +34,7 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -79,7 +79,15 @@ CASES: list[dict[str, str]] = [
     {"name": "ko", "text": "안녕하세요, 만나서 반갑습니다.", "speaker": "sohee", "language": "korean"},
     {"name": "numbers", "text": "Call 555-0134 before 6 pm; the fee is $42.50.", "speaker": "eric", "language": "auto"},
 ]
-MODES = {
+
+
+class Mode(TypedDict):
+    cases: int  # the first this many of CASES
+    runs: int  # per case and layout
+    layouts: list[tuple[int, int]]
+
+
+MODES: dict[str, Mode] = {
     "fast": {"cases": 3, "runs": 3, "layouts": [(1, 1), (2, 3)]},
     "full": {"cases": len(CASES), "runs": 10, "layouts": [(1, 1), (2, 3), (4, 8)]},
 }

@@ -19,7 +19,7 @@ from tts_engine.model.loader import resolve_device
 from tts_engine.runtime.frame_step import pcm_to_int16
 
 
-def decode_codes(decoder: torch.nn.Module, codes: np.ndarray, mode: str = "single") -> np.ndarray:
+def decode_codes(decoder: CodecDecoder, codes: np.ndarray, mode: str = "single") -> np.ndarray:
     """codes [T, 16] -> int16 PCM [T * 1920] via the engine's conversion."""
     if codes.shape[0] == 0:
         return np.zeros(0, dtype=np.int16)
@@ -36,6 +36,6 @@ def decode_codes(decoder: torch.nn.Module, codes: np.ndarray, mode: str = "singl
     return pcm_to_int16(pcm[0])[0].cpu().numpy()
 
 
-def load_decoder(model_dir: str | Path, device: str = "auto") -> torch.nn.Module:
+def load_decoder(model_dir: str | Path, device: str = "auto") -> CodecDecoder:
     folder = Path(model_dir) / CODEC_DIR
     return CodecDecoder.from_pretrained(folder, resolve_device(device))

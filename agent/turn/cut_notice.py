@@ -42,7 +42,7 @@ class CutNotice:
         try:
             await self.participant.publish_data(payload, reliable=True, topic=CUT_TOPIC)
             self.sent += 1
-        except Exception as exc:  # the room is closing, or the engine refused: the listener hears the drain
+        except Exception as exc:  # noqa: BLE001 - the room is closing, or the engine refused: the listener hears the drain
             logger.warning("cut notice not sent: %s", exc)
 
     async def aclose(self) -> None:

@@ -59,7 +59,7 @@ def choose_wait(words: Completeness, p_voice: float | None, threshold: float) ->
 
 def last_user_text(chat_ctx: llm.ChatContext) -> str:
     for item in reversed(chat_ctx.items):
-        if getattr(item, "type", None) == "message" and getattr(item, "role", None) == "user":
+        if isinstance(item, llm.ChatMessage) and item.role == "user":  # the other items are calls, handoffs...
             return item.text_content or ""
     return ""
 

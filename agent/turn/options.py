@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from common.env import Env
 
@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # LiveKit's option types are needed only to build the session
     from livekit.agents.voice.turn import TurnDetectionMode, TurnHandlingOptions
 
 #: LiveKit's audio end-of-turn model, shipped in `livekit-local-inference` (the name LiveKit's `TurnDetector` takes).
-VOICE_MODEL = "v1-mini"
+VOICE_MODEL: Final = "v1-mini"  # Final: its literal type is what TurnDetector accepts
 
 
 class TurnMode(enum.Enum):

@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -58,7 +58,7 @@ class Utterances:
         self._kept: deque[Utterance] = deque(maxlen=KEPT)
         self.count = self._requests = self._outcomes = 0  # utterances started, STT requests, STT outcomes
 
-    def __iter__(self):  # noqa: ANN204
+    def __iter__(self) -> Iterator[Utterance]:
         return iter(list(self._kept))
 
     @property

@@ -152,8 +152,8 @@ class EchoAgent:
     def _on_vad(self, event: str, now_ms: float) -> None:
         speaking = self._reply is not None and not self._reply.done()
         if event == "speech_start" and speaking:
-            self._reply.cancel()  # type: ignore[union-attr]
-            self.source.clear_queue()  # type: ignore[union-attr]
+            self._reply.cancel()
+            self.source.clear_queue()
             self.events.append({"type": "cut", "at_ms": now_ms})
             self._set_state("listening")
             asyncio.ensure_future(self._silence_tail())

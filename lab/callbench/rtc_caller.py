@@ -58,7 +58,7 @@ class RtcCaller:
         caller._spawn(caller._speak(source))
         return caller
 
-    def _spawn(self, coro) -> None:  # noqa: ANN001
+    def _spawn(self, coro) -> None:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -121,7 +121,7 @@ def worker_info(health_port: int) -> dict:
     (`active_jobs`, `worker_load`: the load it last reported to the LiveKit server)."""
     import urllib.request
 
-    with urllib.request.urlopen(f"http://127.0.0.1:{health_port}/worker", timeout=3) as resp:  # noqa: S310
+    with urllib.request.urlopen(f"http://127.0.0.1:{health_port}/worker", timeout=3) as resp:
         return json.loads(resp.read())
 
 

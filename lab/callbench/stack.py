@@ -155,7 +155,7 @@ class LocalStack:
         proc = subprocess.Popen(
             command, cwd=ROOT, env=worker_env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
-        proc.health_port = int(worker_env["AGENT_HTTP_PORT"])  # type: ignore[attr-defined]
+        proc.health_port = int(worker_env["AGENT_HTTP_PORT"])
         self.extra_workers[name] = proc
         wait_for_line(log, "registered worker", timeout, proc=proc)
         return proc

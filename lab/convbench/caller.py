@@ -195,7 +195,7 @@ class ScriptedCaller:
         await self._source.capture_frame(rtc.AudioFrame(frame.tobytes(), RATE, 1, FRAME))
 
     # -- what the caller hears ----------------------------------------------------------------------------------
-    def _spawn(self, coro) -> None:  # noqa: ANN001
+    def _spawn(self, coro) -> None:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -45,7 +45,7 @@ class Line(Protocol):
     async def play(self, pcm: np.ndarray, marks: Sequence[int] = ()) -> list[float]: ...
 
 
-async def _until(line: Line, condition, deadline: float) -> bool:  # noqa: ANN001
+async def _until(line: Line, condition, deadline: float) -> bool:
     while not condition():
         if line.now() >= deadline:
             return False

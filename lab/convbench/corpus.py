@@ -166,7 +166,7 @@ class Renderer:
         self.used: set[str] = set()
         self.rendered = 0
 
-    def _file(self, spec: dict[str, Any], make) -> str:  # noqa: ANN001
+    def _file(self, spec: dict[str, Any], make) -> str:
         key = json.dumps({"generator": GENERATOR_VERSION, "espeak": self.espeak, **spec}, sort_keys=True)
         name = hashlib.sha256(key.encode()).hexdigest()[:16] + ".wav"
         self.used.add(name)
@@ -193,7 +193,7 @@ class Renderer:
 
 
 # -- scripts ----------------------------------------------------------------------------------------------------
-def _turn(r: Renderer, speaker, item_id: str, clips: list[str], kinds: list[str], words: list[str],  # noqa: ANN001
+def _turn(r: Renderer, speaker, item_id: str, clips: list[str], kinds: list[str], words: list[str],
           rng: random.Random, prefix: str = "") -> dict[str, Any]:  # fmt: skip
     out = []
     for i, text in enumerate(clips):
@@ -204,7 +204,7 @@ def _turn(r: Renderer, speaker, item_id: str, clips: list[str], kinds: list[str]
     return {"id": item_id, "kind": "turn", "clips": out, "expect_words": words}
 
 
-def _cued(r: Renderer, speaker, item_id: str, kind: str, rng: random.Random, prefix: str = "") -> dict[str, Any]:  # noqa: ANN001
+def _cued(r: Renderer, speaker, item_id: str, kind: str, rng: random.Random, prefix: str = "") -> dict[str, Any]:
     at = {"after_agent_audio_ms": rng.choice(CUE_AT_MS[kind])}
     if kind == "noise":
         noise = rng.choice(NOISES)

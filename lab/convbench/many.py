@@ -353,7 +353,7 @@ def start_extra_workers(stack: LocalStack, envs: dict[str, dict[str, str]], time
 
 def measure(stack: LocalStack, levels: list[int], script_path: Path, *, window_s: float, procs: int,
             turns: int | None, workers: list[Worker], keep: Path | None = None, host_path: Path | None = None,
-            progress=print) -> list[dict]:  # noqa: ANN001  # fmt: skip
+            progress=print) -> list[dict]:  # fmt: skip
     """Each level in turn; the recorded calls go to `keep`/n<N>/ when given; `host_path`: the HostSampler's file."""
     out = []
     for n in levels:  # each level starts idle: the one before waited for its jobs to end

@@ -273,7 +273,7 @@ def _bucket(ms: float) -> str:
 
 
 def summarize(pauses: list[dict], ends: list[dict], cued: list[dict]) -> dict[str, Any]:
-    def group(rows: list[dict], key) -> dict[str, Any]:  # noqa: ANN001
+    def group(rows: list[dict], key) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for row in rows:
             k = key(row)

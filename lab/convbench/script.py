@@ -209,7 +209,7 @@ def _item(check: _Checker, where: str, obj: dict, kind: ItemKind, item_id: str, 
             check.fail(f"{where} field 'wait_for_agent'", f"must be true or false, got {wait!r}")
         if None in clips:
             return None
-        return Turn(id=item_id, clips=clips, expect_words=tuple(w.strip().lower() for w in words),  # type: ignore[arg-type]
+        return Turn(id=item_id, clips=clips, expect_words=tuple(w.strip().lower() for w in words),
                     wait_for_agent=bool(wait),
                     gap_ms=check.integer(where, obj, "gap_ms", LIMITS_MS["turn_gap"], defaults["turn_gap_ms"]),
                     agent_wait_ms=check.integer(where, obj, "agent_wait_ms", LIMITS_MS["wait"],

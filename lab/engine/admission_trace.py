@@ -62,7 +62,7 @@ def instrument(engine: Engine) -> None:
         if self._pending:
             marks.setdefault("wake", time.perf_counter())
 
-    Scheduler._drain_inbox = drain_marked  # type: ignore[method-assign]
+    Scheduler._drain_inbox = drain_marked
     wrap(PromptEmbedder, "__call__", "prep_start", "embeds")
     gen = engine.codegen
     wrap(gen.model.tokenizer, "encode", None, "tokenized")

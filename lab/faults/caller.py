@@ -42,7 +42,7 @@ class Heard:
 
 
 class FaultCaller(RtcCaller):
-    def __init__(self, room: rtc.Room, wav) -> None:  # noqa: ANN001
+    def __init__(self, room: rtc.Room, wav) -> None:
         super().__init__(room, wav)
         self.agents: dict[str, AgentSeen] = {}
         self.heard: dict[str, Heard] = {}
@@ -131,7 +131,7 @@ class FaultCaller(RtcCaller):
                     heard.last = now
 
     @staticmethod
-    async def _quietly(coro) -> None:  # noqa: ANN001
+    async def _quietly(coro) -> None:
         try:
             await coro
         except rtc.data_stream.StreamError:  # the sender left in the middle (a killed agent)

@@ -136,7 +136,7 @@ async def loss_try(stack: LocalStack, net: CallerNetwork, wav: Path, *, cut_s: f
     me = g["identity"]
     result: dict[str, Any] = {"try": index, "cut_s": cut_s, "room": room}
     t_cut = t_up = time.monotonic()
-    ms = lambda t: None if t is None else round((t - t_up) * 1000.0)  # noqa: E731
+    ms = lambda t: None if t is None else round((t - t_up) * 1000.0)  # noqa: E731 - a one-line conversion
     try:
         if await caller.wait("heard: agent-", 90) is None:
             raise RuntimeError(f"the agent was never heard in {room}: {caller.events}")

@@ -109,7 +109,7 @@ async def kill_try(
         left = caller.agents[old].left
         joined = [a.joined for who, a in caller.agents.items() if who != old and a.joined >= t_kill]
         heard = caller.heard_after(t_kill, exclude=old)
-        ms = lambda t: None if t is None else round((t - t_kill) * 1000.0)  # noqa: E731
+        ms = lambda t: None if t is None else round((t - t_kill) * 1000.0)  # noqa: E731 - a one-line conversion
         result.update(left_ms=ms(left), joined_ms=ms(min(joined) if joined else None), heard_ms=ms(heard))
         record = await wait_trace(stack, room, 15.0)
         result["trace"] = None if record is None else {

@@ -49,7 +49,7 @@ class EnergyVAD(vad.VAD):
 
 class _EnergyStream(vad.VADStream):
     async def _main_task(self) -> None:
-        opts: EnergyVAD = self._vad  # type: ignore[assignment]
+        opts: EnergyVAD = self._vad
         speaking, speech_s, silence_s, samples = False, 0.0, 0.0, 0
         frames: list[rtc.AudioFrame] = []
         async for item in self._input_ch:
@@ -70,7 +70,7 @@ class _EnergyStream(vad.VADStream):
                 frames.append(item)
 
             def event(kind: vad.VADEventType, sp: float = speech_s, si: float = silence_s, **kw: Any) -> vad.VADEvent:
-                return vad.VADEvent(type=kind, samples_index=samples, timestamp=time.time(),  # noqa: B023
+                return vad.VADEvent(type=kind, samples_index=samples, timestamp=time.time(),  # noqa: B023 - called in this iteration
                                     speech_duration=sp, silence_duration=si, **kw)
 
             if voiced and not speaking and speech_s >= opts.min_speech_s:

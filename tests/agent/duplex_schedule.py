@@ -114,7 +114,7 @@ class ScheduleRunner:
         cfg = fast_config(self.server.base_url, turn_handling=turn_handling or self.turn_handling, **config)
         call = Call(cfg, vad=self.vad, backend=self.backend,
                     session_id="prop", traces_dir=None, frame_observer=frames.append, aec_warmup_s=0.0)
-        call.output.source = FastSource(speed=16.0)  # type: ignore[assignment]
+        call.output.source = FastSource(speed=16.0)
         call.session.options.session_close_transcript_timeout = 0.01  # no user audio is pending at close
         mic = ScriptedMic(speed=8.0)
         handles: list[Any] = []

@@ -99,7 +99,7 @@ async def test_user_turn_ending_while_the_call_closes_is_traced(runner: Schedule
     from tests.agent.duplex_harness import FastSource, ScriptedMic, fast_config
 
     call = Call(fast_config(runner.server.base_url), vad=runner.vad, backend=runner.backend, traces_dir=None)
-    call.output.source = FastSource()  # type: ignore[assignment]
+    call.output.source = FastSource()
     call.session.options.session_close_transcript_timeout = 0.01
     await call.start(audio_input=ScriptedMic())
     close_session = call.session.aclose
@@ -108,7 +108,7 @@ async def test_user_turn_ending_while_the_call_closes_is_traced(runner: Schedule
         call.controller.on_user_speech_ended()  # the VAD's end of speech lands mid-close
         await close_session()
 
-    call.session.aclose = closing  # type: ignore[method-assign]
+    call.session.aclose = closing
     await call.aclose()
     assert call.collector._count == 1 and len(call.collector.records) == 1
     assert call.collector.records[0]["outcome"] == "no_transcript"

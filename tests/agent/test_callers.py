@@ -41,7 +41,7 @@ def person(identity: str, kind: int = STANDARD) -> SimpleNamespace:
 
 def follower(*identities: str) -> tuple[FakeRoom, FakeRoomIO]:
     room, room_io = FakeRoom(*identities), FakeRoomIO()
-    CallerFollower(room, room_io)  # type: ignore[arg-type]
+    CallerFollower(room, room_io)
     return room, room_io
 
 

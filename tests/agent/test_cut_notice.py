@@ -27,7 +27,7 @@ class FakeParticipant:
 
 async def test_each_cut_is_one_reliable_packet_on_the_topic() -> None:
     participant = FakeParticipant()
-    notice = CutNotice(participant)  # type: ignore[arg-type]
+    notice = CutNotice(participant)
     notice("r1")
     notice(None)
     await asyncio.sleep(0.01)
@@ -39,7 +39,7 @@ async def test_each_cut_is_one_reliable_packet_on_the_topic() -> None:
 
 
 async def test_a_failed_publish_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
-    notice = CutNotice(FakeParticipant(fail=True))  # type: ignore[arg-type]
+    notice = CutNotice(FakeParticipant(fail=True))
     with caplog.at_level(logging.WARNING, logger="agent.turn.cut_notice"):
         notice("r1")
         await asyncio.sleep(0.01)
@@ -48,7 +48,7 @@ async def test_a_failed_publish_is_logged_not_raised(caplog: pytest.LogCaptureFi
 
 
 async def test_close_cancels_what_is_pending() -> None:
-    notice = CutNotice(FakeParticipant(delay_s=10.0))  # type: ignore[arg-type]
+    notice = CutNotice(FakeParticipant(delay_s=10.0))
     notice("r1")
     await asyncio.sleep(0)
     await asyncio.wait_for(notice.aclose(), 1.0)

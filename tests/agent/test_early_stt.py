@@ -38,7 +38,7 @@ class RecordingSTT(ObservedSTT):
         self.sent: list[tuple[float, np.ndarray]] = []  # (perf_counter, pcm)
         self.cancelled = 0
 
-    async def _recognize_impl(self, buffer: utils.AudioBuffer, *, language, conn_options) -> stt.SpeechEvent:  # type: ignore[no-untyped-def]
+    async def _recognize_impl(self, buffer: utils.AudioBuffer, *, language, conn_options) -> stt.SpeechEvent:
         frame = rtc.combine_audio_frames(buffer) if isinstance(buffer, list) else buffer
         pcm = np.frombuffer(frame.data, np.int16).copy()
         self.sent.append((time.perf_counter(), pcm))
@@ -52,7 +52,7 @@ class RecordingSTT(ObservedSTT):
         return final_transcript("r", f"{pcm.size} samples", language)
 
 
-async def transcribe(pcm: np.ndarray, early_ms: int | None, **stt_kwargs):  # type: ignore[no-untyped-def]
+async def transcribe(pcm: np.ndarray, early_ms: int | None, **stt_kwargs):
     """Feed `pcm` in 20 ms frames (as the session does) through the adapter the worker builds; returns the
     events with their arrival times, the STT and what the observer saw."""
     seen: dict[str, list] = {"requests": [], "failures": [], "results": []}

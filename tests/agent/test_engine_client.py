@@ -85,7 +85,7 @@ async def test_the_remote_backend_sends_the_servers_api_key(tiny_engine: Any, mo
 async def test_closing_a_local_stream_early_releases_it(tiny_engine: Any) -> None:
     local = LocalBackend(tiny_engine)
     stream = local.stream("A longer sentence to speak for a while.", speaker="serena", language="auto")
-    async with contextlib.aclosing(stream):  # type: ignore[type-var]
+    async with contextlib.aclosing(stream):
         async for packet in stream:
             assert packet.index == 0 and local.active_streams == 1
             break

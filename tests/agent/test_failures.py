@@ -88,14 +88,14 @@ async def test_the_apology_waits_for_the_sessions_own_vad_to_end_the_turn() -> N
     inference before its first frame (CI: outcome 'interrupted', nothing spoken). It is said once that VAD ends
     the speech too, and only once."""
     spy = _SaySpy("speaking")
-    apology = Apology(spy, "sorry")  # type: ignore[arg-type]
+    apology = Apology(spy, "sorry")
     apology.say()
     apology.say()  # a second failure meanwhile owes no second apology
     assert spy.said == [] and apology.pending
-    apology.on_user_state(SimpleNamespace(old_state="speaking", new_state="listening"))  # type: ignore[arg-type]
-    apology.on_user_state(SimpleNamespace(old_state="listening", new_state="speaking"))  # type: ignore[arg-type]
+    apology.on_user_state(SimpleNamespace(old_state="speaking", new_state="listening"))
+    apology.on_user_state(SimpleNamespace(old_state="listening", new_state="speaking"))
     assert spy.said == ["sorry"]
     spy = _SaySpy("listening")  # the usual order: the session's VAD ended first, so it is said at once
-    apology = Apology(spy, "sorry")  # type: ignore[arg-type]
+    apology = Apology(spy, "sorry")
     apology.say()
     assert spy.said == ["sorry"]

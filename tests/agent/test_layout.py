@@ -208,3 +208,49 @@ def test_the_audio_format_rule_sees_a_second_definition(tmp_path: Path) -> None:
         path = tmp_path / "m.py"
         path.write_text(source)
         assert bool(second_definitions(path, names)) == expected, source
+
+
+def waivers_without_a_reason(path: Path, product: bool) -> list[str]:
+    """The lines of `path` whose `noqa` does not say why after its codes (` - why` or ` (why)`), or whose
+    type-checker waiver is not `[code]` then a `# why` comment, or is outside the packages mypy checks."""
+    found = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        noqa = re.search(r"#\s*noqa:\s*[A-Z]+[0-9]+(?:,\s*[A-Z]+[0-9]+)*(.*)", line)
+        if noqa and not re.match(r"\s*(-+|\()\s*\w", noqa.group(1)):
+            found.append(f"{n}: noqa without its reason")
+        ignore = re.search(r"#\s*type:\s*ignore(\[[a-z-]+(?:,\s*[a-z-]+)*\])?(.*)", line)
+        if ignore and not product:
+            found.append(f"{n}: a type-checker waiver where no type checker runs")
+        elif ignore and not (ignore.group(1) and re.match(r"\s+#\s*\w", ignore.group(2))):
+            found.append(f"{n}: a type-checker waiver without its code and reason")
+    return found
+
+
+def test_every_waiver_names_its_rule_and_reason() -> None:
+    """Issue 40: a waiver says which rule it waives and why, and waives a rule that runs. ruff's RUF100 fails a
+    noqa whose rule is not selected (pyproject.toml), mypy's warn_unused_ignores one that waives nothing; this
+    test asks for the reasons, and keeps type-checker waivers to the product packages, which mypy checks."""
+    bad = {
+        str(path.relative_to(ROOT)): found
+        for package in (*PRODUCT_PACKAGES, LAB, "tests", "scripts")
+        for path in (ROOT / package).rglob("*.py")
+        if (found := waivers_without_a_reason(path, product=package in PRODUCT_PACKAGES))
+    }
+    assert bad == {}
+
+
+def test_the_waiver_rule_sees_a_bare_waiver(tmp_path: Path) -> None:
+    cases = {
+        "x = 1  # noqa" ": E731\n": True,  # (split: this file is scanned too)
+        "x = 1  # noqa: E731 - a one-line conversion\n": False,
+        "import y  # noqa: F401  (probed for its side effect)\n": False,
+        "x = f()  # type" ": ignore[attr-defined]\n": True,
+        "x = f()  # type" ": ignore\n": True,
+        "x = f()  # type" ": ignore[attr-defined]  # the stub lacks it\n": False,
+    }
+    path = tmp_path / "m.py"
+    for source, flagged in cases.items():
+        path.write_text(source)
+        assert bool(waivers_without_a_reason(path, product=True)) == flagged, source
+    path.write_text("x = f()  # type" ": ignore[attr-defined]  # the stub lacks it\n")
+    assert waivers_without_a_reason(path, product=False)

@@ -88,7 +88,7 @@ def test_whisper_decodes_greedily_without_the_temperature_fallback(monkeypatch: 
     calls: list[dict] = []
     real = stt._whisper.transcribe
 
-    def spy(audio, **options):  # type: ignore[no-untyped-def]
+    def spy(audio, **options):
         calls.append(options)
         return real(audio, **options)
 

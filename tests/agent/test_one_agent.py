@@ -22,10 +22,10 @@ def person(identity: str, joined_s: float, kind: int = AGENT, name: str = "voice
 
 
 class Room(SimpleNamespace):
-    def on(self, event: str, callback) -> None:  # noqa: ANN001
+    def on(self, event: str, callback) -> None:
         self.handlers = {**getattr(self, "handlers", {}), event: callback}
 
-    def off(self, event: str, callback) -> None:  # noqa: ANN001
+    def off(self, event: str, callback) -> None:
         self.handlers.pop(event, None)
 
 

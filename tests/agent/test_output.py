@@ -56,7 +56,7 @@ async def test_flush_then_clear_reports_one_interrupted_finish() -> None:
     out.clear_buffer()
     await asyncio.sleep(0.1)
     finished = [ev for name, ev in events if name == "finished"]
-    assert len(finished) == 1 and finished[0].interrupted  # type: ignore[attr-defined]
+    assert len(finished) == 1 and finished[0].interrupted
     await out.aclose()
 
 
@@ -117,7 +117,7 @@ async def test_a_queue_that_ran_dry_mid_segment_is_a_counted_gap() -> None:
 
     out, _, _ = make()
     replies = ReplyLife()
-    out.replies = replies  # type: ignore[assignment]  # a stand-in with only the three calls used here
+    out.replies = replies  # a stand-in with only the three calls used here
     for _ in range(3):  # back to back: the queue never runs dry
         await out.capture_frame(frame("r1"))
     assert out.playout_gaps == 0

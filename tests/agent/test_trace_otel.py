@@ -74,7 +74,7 @@ def test_a_turn_becomes_one_span_with_a_child_per_stage(spans) -> None:
     sink(record)
     by_name = {s.name: s for s in exporter.get_finished_spans()}
     turn = by_name.pop("voice_agent.turn")
-    ns = lambda rel: 1_700_000_000 * 10**9 + round(rel * 1e9)  # noqa: E731
+    ns = lambda rel: 1_700_000_000 * 10**9 + round(rel * 1e9)  # noqa: E731 - a one-line conversion
     assert (turn.start_time, turn.end_time) == (ns(-1.2), ns(0.163))
     assert turn.parent is None  # a root span, whatever span was current
     assert [e.name for e in turn.events] == sorted(record["points"], key=record["points"].get)

@@ -94,7 +94,7 @@ def test_unwritable_directory_does_not_raise(tmp_path: Path) -> None:
     assert len(collector.records) == 1
 
 
-def test_empty_traces_dir_writes_nothing(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_empty_traces_dir_writes_nothing(tmp_path, monkeypatch) -> None:
     """TRACES_DIR set to "" means no trace files; it used to write <date>.jsonl into the working directory."""
     monkeypatch.chdir(tmp_path)
     collector = TraceCollector("s", traces_dir="")

@@ -74,7 +74,7 @@ class _Sure:
 
 def test_the_gate_silences_only_quiet_windows_and_always_runs_the_model() -> None:
     model = _Sure()
-    gate = QuietGate(model, -50.0)  # type: ignore[arg-type]
+    gate = QuietGate(model, -50.0)
     assert gate(np.zeros(WINDOW_SAMPLES, np.float32)) == 0.0
     assert gate(np.full(WINDOW_SAMPLES, 10 ** (-55 / 20), np.float32)) == 0.0
     assert gate(np.full(WINDOW_SAMPLES, 10 ** (-45 / 20), np.float32)) == 0.99

@@ -115,6 +115,6 @@ def page(browser, live_server: LiveServer) -> Iterator[object]:
     page.on("console", lambda msg: problems.append(f"console.{msg.type}: {msg.text}") if msg.type == "error" else None)
     page.on("pageerror", lambda exc: problems.append(f"pageerror: {exc}"))
     page.on("requestfailed", lambda req: problems.append(f"requestfailed: {req.url} {req.failure}"))
-    page.problems = problems  # type: ignore[attr-defined]
+    page.problems = problems
     yield page
     context.close()

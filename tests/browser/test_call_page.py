@@ -27,7 +27,7 @@ def test_page_loads_without_console_errors(page, live_server) -> None:
     assert page.problems == []
 
 
-def API_SECRET_NOT_IN(html: str, live_server) -> bool:  # noqa: N802 - reads as a sentence in the assert
+def API_SECRET_NOT_IN(html: str, live_server) -> bool:  # reads as a sentence in the assert
     return live_server.config.api_secret not in html
 
 

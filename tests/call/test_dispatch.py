@@ -30,7 +30,7 @@ async def test_calls_spread_by_load_and_survive_a_stopped_worker(
     port_a = stack.ports["AGENT_HTTP_PORT"]
     await wait_for_jobs(port_a, 0)  # calls of earlier tests have ended
     worker_b = await asyncio.to_thread(stack.start_worker, "worker_b", AGENT_DRAIN_TIMEOUT_S="2")
-    port_b = worker_b.health_port  # type: ignore[attr-defined]
+    port_b = worker_b.health_port
     callers: list[RtcCaller] = []
     try:
         for i in range(4):

@@ -34,7 +34,7 @@ async def test_calls_beyond_one_worker_go_to_the_other_and_never_to_a_full_one(
     await wait_for_jobs(port_a, 0)  # calls of earlier tests have ended
     stats_b = tmp_path / "worker_b_stats.jsonl"
     worker_b = await asyncio.to_thread(stack.start_worker, "load_b", AGENT_STATS_PATH=str(stats_b))
-    port_b = worker_b.health_port  # type: ignore[attr-defined]
+    port_b = worker_b.health_port
     logs = {"a": stack.log("agent"), "b": stack.log("load_b")}
     before = {name: set(accepted(log)) for name, log in logs.items()}
     callers: list[RtcCaller] = []

@@ -38,7 +38,7 @@ def test_stt_sent_at_the_pause_counts_only_after_the_turns_end() -> None:
     assert row["vad_to_stt_ms"] == pytest.approx(-120.0)
 
 
-def test_the_stack_takes_the_a_b_knobs_but_no_service_from_the_callers_environment(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_the_stack_takes_the_a_b_knobs_but_no_service_from_the_callers_environment(monkeypatch, tmp_path) -> None:
     from lab.callbench.stack import LocalStack
 
     monkeypatch.setenv("STT_EARLY_MS", "off")

@@ -33,7 +33,7 @@ class ScriptedAgent:
     def now(self) -> float:
         return time.time()
 
-    async def play(self, pcm: np.ndarray, marks=()) -> list[float]:  # noqa: ANN001
+    async def play(self, pcm: np.ndarray, marks=()) -> list[float]:
         start = self.now()
         await asyncio.sleep(len(pcm) / RATE)
         if len(marks) > 2 and self.replies == 0:  # a turn (two clips): answer the first one

@@ -31,7 +31,7 @@ class Call:
         self.tl.states.append((T0 + at, state))
         return self
 
-    def turn(self, item_id: str, clips: list[tuple[float, float]], pauses: list[int], words=()) -> Call:  # noqa: ANN001
+    def turn(self, item_id: str, clips: list[tuple[float, float]], pauses: list[int], words=()) -> Call:
         self.tl.items.append(ItemRecord(item_id, "turn", played=True, expect_words=list(words),
                                         pauses=[{"ms": ms, "kind": "mid_clause"} for ms in pauses]))  # fmt: skip
         for i, (a, b) in enumerate(clips):
@@ -213,7 +213,7 @@ def test_the_live_tracker_and_the_helpers() -> None:
     assert level_windows(np.array([-20.0] * 10))[0] == pytest.approx(-20.0)
 
 
-def test_the_report_renders_its_table_and_plots(tmp_path) -> None:  # noqa: ANN001
+def test_the_report_renders_its_table_and_plots(tmp_path) -> None:
     from lab.convbench import report as reports
 
     call = Call().turn("t1", [(0.5, 2.0), (3.0, 4.0)], [1000]).trace(2.3).state(4.6, "thinking")

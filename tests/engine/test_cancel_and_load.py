@@ -141,7 +141,7 @@ async def test_a_failing_step_fails_its_streams_and_the_engine_keeps_serving(mak
     original = engine.codegen.step
     calls = {"n": 0}
 
-    def flaky(n_rows: int):  # noqa: ANN202
+    def flaky(n_rows: int):
         calls["n"] += 1
         if calls["n"] == 3:
             raise RuntimeError("injected device fault")

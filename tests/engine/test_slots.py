@@ -24,7 +24,7 @@ class Rows:
 def _state(name: str) -> SlotState:
     metrics = SimpleNamespace(slot=None, request_id=name)
     channel = SimpleNamespace(request=SimpleNamespace(metrics=metrics), cancel_requested=False)
-    return SlotState(channel, Packetizer(1, 1), max_frames=10)  # type: ignore[arg-type]
+    return SlotState(channel, Packetizer(1, 1), max_frames=10)
 
 
 def test_random_admissions_and_ends_keep_the_table_true() -> None:

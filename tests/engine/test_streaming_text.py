@@ -25,11 +25,11 @@ TEXTS = [
 FRAMES = 30
 
 
-def reference(model, text: str, speaker: str, frames: int = FRAMES) -> torch.Tensor:  # noqa: ANN001
+def reference(model, text: str, speaker: str, frames: int = FRAMES) -> torch.Tensor:
     return generate_codes_streaming(model, [text], speaker, "auto", SamplingParams.greedy(), max_frames=frames)
 
 
-async def feed(stream, text: str, step: int, pause: float) -> None:  # noqa: ANN001
+async def feed(stream, text: str, step: int, pause: float) -> None:
     for i in range(0, len(text), step):
         stream.push(text[i : i + step])
         await asyncio.sleep(pause)
@@ -69,7 +69,7 @@ async def test_concurrent_streams_wait_and_go_on_independently_in_every_slot(mak
     rng = random.Random(3)
     streams = [engine.open_text_stream(speaker, layout="tokens", max_frames=FRAMES) for _, speaker in TEXTS]
 
-    async def run(stream, text: str) -> None:  # noqa: ANN001
+    async def run(stream, text: str) -> None:
         feeder = asyncio.create_task(feed(stream, text, rng.randint(1, 4), rng.choice([0.03, 0.08, 0.15])))
         async for _ in stream:
             pass

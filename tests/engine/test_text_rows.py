@@ -62,12 +62,12 @@ def _rows(feeds: dict[str, Feed | None]) -> tuple[TextRows, dict[str, int], Code
     for slot, (name, feed) in zip(table.claim(len(feeds)), feeds.items(), strict=True):
         channel = SimpleNamespace(request=SimpleNamespace(metrics=SimpleNamespace(slot=None, request_id=name)),
                                   cancel_requested=False)
-        state = SlotState(channel, Packetizer(1, 1), max_frames=100)  # type: ignore[arg-type]
-        state.text = TextTrack(feed, prompt_len=9, fixed_cap=None) if feed is not None else None  # type: ignore[arg-type]
+        state = SlotState(channel, Packetizer(1, 1), max_frames=100)
+        state.text = TextTrack(feed, prompt_len=9, fixed_cap=None) if feed is not None else None
         table.occupy(slot, state)
         slots[name] = slot
     codegen, counters = CodeGen(), EngineCounters()
-    return TextRows(table, codegen, counters), slots, codegen, counters  # type: ignore[arg-type]
+    return TextRows(table, codegen, counters), slots, codegen, counters
 
 
 def test_a_step_holds_the_dry_streams_and_writes_the_others_rows_at_once() -> None:
@@ -86,7 +86,7 @@ def test_a_step_holds_the_dry_streams_and_writes_the_others_rows_at_once() -> No
     assert {s: float(r[0]) for s, r in zip(slots, written, strict=True)} == {
         slot["a"]: 2.0, slot["c"]: -1.0, slot["d"]: 2.0}
     assert counters.snapshot()["text_waits"] == 1
-    feeds["b"].n_ids = 2  # type: ignore[union-attr]
+    feeds["b"].n_ids = 2
     assert rows.prepare_step()[slot["b"]]  # its text came: it steps (frame 0)
     assert codegen.writes[-1][0].count(slot["b"]) == 1
 

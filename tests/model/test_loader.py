@@ -33,7 +33,7 @@ def _error(model_dir: Path) -> str:
     return message
 
 
-def _rewrite_weights(model_dir: Path, edit) -> None:  # noqa: ANN001
+def _rewrite_weights(model_dir: Path, edit) -> None:
     tensors = load_file(str(model_dir / "model.safetensors"))
     edit(tensors)
     save_file(tensors, str(model_dir / "model.safetensors"), metadata={"format": "pt"})

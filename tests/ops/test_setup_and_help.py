@@ -60,6 +60,6 @@ def test_every_requirement_is_pinned_where_its_specifier_allows() -> None:
 
 def test_setup_installs_the_pinned_torch_on_cpu_and_gpu() -> None:
     setup = (ROOT / "scripts" / "setup.sh").read_text()
-    version = re.search(r"^TORCH_VERSION=(\S+)", setup, re.M).group(1)  # type: ignore[union-attr]
+    version = re.search(r"^TORCH_VERSION=(\S+)", setup, re.M).group(1)
     assert constraints()["torch"] == version
     assert setup.count('"torch==$TORCH_VERSION"') == 1 and re.search(r'PIP\[@\]}" torch\b', setup) is None

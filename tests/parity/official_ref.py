@@ -29,9 +29,9 @@ def import_qwen_tts() -> Any:
         def _fbank(*_a: Any, **_k: Any) -> Any:
             raise NotImplementedError("the 25 Hz tokenizer is not used by the 12 Hz parity tests")
 
-        kaldi.fbank = _fbank  # type: ignore[attr-defined]
-        comp.kaldi = kaldi  # type: ignore[attr-defined]
-        ta.compliance = comp  # type: ignore[attr-defined]
+        kaldi.fbank = _fbank
+        comp.kaldi = kaldi
+        ta.compliance = comp
         sys.modules.update({"torchaudio": ta, "torchaudio.compliance": comp, "torchaudio.compliance.kaldi": kaldi})
     for name in ("sox", "onnxruntime"):
         try:

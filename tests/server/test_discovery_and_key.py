@@ -35,7 +35,7 @@ async def test_models_and_voices_answer_in_the_shapes_clients_expect(serve, tiny
     await client.close()
 
 
-async def _voices(srv) -> list[str]:  # noqa: ANN001
+async def _voices(srv) -> list[str]:
     async with srv.session.get(f"{srv.base}/v1/audio/voices") as resp:
         return (await resp.json())["voices"]
 
@@ -118,8 +118,8 @@ def _bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
-def _capped(stream):  # noqa: ANN001, ANN202 - random weights never say EOS: two frames are enough here
-    def capped(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+def _capped(stream):  # random weights never say EOS: two frames are enough here
+    def capped(*args, **kwargs):
         return stream(*args, **{**kwargs, "max_frames": kwargs.get("max_frames") or 2})
 
     return capped

@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def app_routes(app) -> set[tuple[str, str]]:  # noqa: ANN001
+def app_routes(app) -> set[tuple[str, str]]:
     return {(route.method.lower(), route.resource.canonical) for route in app.router.routes()
             if route.method not in ("HEAD", "*") and route.resource is not None}
 
@@ -38,7 +38,7 @@ def test_the_document_lists_exactly_the_routes_of_the_app(make_engine) -> None:
                if path != "/healthz")
 
 
-def _document(engine, api_key: bool = False) -> dict:  # noqa: ANN001
+def _document(engine, api_key: bool = False) -> dict:
     from tts_engine.server.openapi import document
 
     return document(speakers=engine.speakers, languages=engine.languages,

@@ -143,7 +143,7 @@ async def test_oversized_body_is_413_and_engine_faults_are_500(serve) -> None:
 
     original = srv.engine.codegen.step
 
-    def broken(n_rows: int):  # noqa: ANN202
+    def broken(n_rows: int):
         raise RuntimeError("injected device fault")
 
     srv.engine.codegen.step = broken

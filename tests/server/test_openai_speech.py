@@ -23,12 +23,12 @@ FRAMES = 4
 TEXT = "Hello there, this is a test."
 
 
-async def served(serve, **overrides):  # noqa: ANN001, ANN201
+async def served(serve, **overrides):
     srv = await serve(**overrides)
     original = srv.engine.stream
 
     @functools.wraps(original)
-    def capped(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    def capped(*args, **kwargs):
         kwargs.setdefault("max_frames", FRAMES)
         return original(*args, **kwargs)
 

@@ -32,7 +32,7 @@ def _healthy(port: int) -> bool:
         return False
 
 
-def _wait(predicate, timeout: float = 90.0) -> None:  # noqa: ANN001
+def _wait(predicate, timeout: float = 90.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:

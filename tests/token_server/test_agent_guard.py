@@ -73,7 +73,7 @@ class FakeRooms:
         pass
 
 
-async def until(condition, timeout: float = 5.0) -> None:  # noqa: ANN001
+async def until(condition, timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"

@@ -111,7 +111,7 @@ def stream_words(text: str, frames: int) -> list[str]:
     words = text.split()
     if not words:
         raise BenchError("--text has no words to push")
-    out = []
+    out: list[str] = []
     while len(out) < frames:
         out.extend(words)
     return [word if i == 0 else " " + word for i, word in enumerate(out)]
@@ -196,17 +196,19 @@ def summarize_level(traces: list[StreamTrace], *, frames: int, buffers_ms: list[
     rtf = [t.rtf() for t in ran]
     out["first_audio_ms"] = {f"p{q}": round(percentile(first, q), 2) for q in (50, 95, 99)}
     out["first_audio_ms"]["max"] = round(max(first), 2)
-    split = [t for t in ran if t.t_admitted is not None and t.t_request is not None]
+    # (call, request, admitted, first packet) of the streams whose engine metrics were read
+    split = [(t.t_call, t.t_request, t.t_admitted, t.packets[0][0]) for t in ran
+             if t.t_admitted is not None and t.t_request is not None]
     if split:  # first audio = client start + engine queue (+ prompt, prefill) + first step and copy
-        for name, values in (("client_start_ms", [t.t_request - t.t_call for t in split]),
-                             ("queue_ms", [t.t_admitted - t.t_request for t in split]),
-                             ("first_step_ms", [t.packets[0][0] - t.t_admitted for t in split])):
+        for name, values in (("client_start_ms", [request - call for call, request, _, _ in split]),
+                             ("queue_ms", [admitted - request for _, request, admitted, _ in split]),
+                             ("first_step_ms", [first - admitted for _, _, admitted, first in split])):
             ms = [v * 1000.0 for v in values]
             out[name] = {f"p{q}": round(percentile(ms, q), 2) for q in (50, 95, 99)}
-    texted = [t for t in ran if t.t_text is not None]
+    texted = [(t.t_call, t.t_text, t.packets[0][0]) for t in ran if t.t_text is not None]  # (call, text, first)
     if texted:  # token mode: first audio = waiting for the first frame's text + the engine's share after it
-        for name, values in (("text_wait_ms", [t.t_text - t.t_call for t in texted]),
-                             ("after_text_ms", [t.packets[0][0] - t.t_text for t in texted])):
+        for name, values in (("text_wait_ms", [text - call for call, text, _ in texted]),
+                             ("after_text_ms", [first - text for _, text, first in texted])):
             ms = [v * 1000.0 for v in values]
             out[name] = {f"p{q}": round(percentile(ms, q), 2) for q in (50, 95, 99)}
     out["rtf"] = {"p50": round(percentile(rtf, 50), 4), "p95": round(percentile(rtf, 95), 4),

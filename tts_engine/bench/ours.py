@@ -37,7 +37,7 @@ def _force_fixed_frames(frames: int) -> None:
 
     if not hasattr(codegen, "MIN_NEW_TOKENS"):
         raise BenchError("runtime.codegen.MIN_NEW_TOKENS is gone; update bench/ours.py's fixed-frame-count option")
-    codegen.MIN_NEW_TOKENS = frames  # type: ignore[attr-defined]
+    codegen.MIN_NEW_TOKENS = frames
 
 
 def load_engine(model_dir: str, *, eager: bool, max_streams: int, max_positions: int = 768,
@@ -183,7 +183,7 @@ async def _stream_once(engine: Any, text: str, speaker: str, language: str, fram
             first_ready, first_seen = packet.t_ready, time.perf_counter()
         last_ready = packet.t_ready
         samples += len(packet.pcm)
-    if first_ready is None or last_ready is None:
+    if first_ready is None or first_seen is None or last_ready is None:
         raise BenchError("a benchmark stream produced no packets")
     if samples != frames * SAMPLES_PER_FRAME:
         raise BenchError(f"a benchmark stream produced {samples} samples, expected {frames * SAMPLES_PER_FRAME} "

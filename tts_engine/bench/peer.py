@@ -56,17 +56,17 @@ def _stub_torchaudio() -> None:
     ta = types.ModuleType("torchaudio")
     comp = types.ModuleType("torchaudio.compliance")
     kaldi = types.ModuleType("torchaudio.compliance.kaldi")
-    kaldi.fbank = _raiser("torchaudio.compliance.kaldi.fbank")  # type: ignore[attr-defined]
-    comp.kaldi = kaldi  # type: ignore[attr-defined]
-    ta.compliance = comp  # type: ignore[attr-defined]
+    kaldi.fbank = _raiser("torchaudio.compliance.kaldi.fbank")  # type: ignore[attr-defined]  # a stub module's attribute
+    comp.kaldi = kaldi  # type: ignore[attr-defined]  # a stub module's attribute
+    ta.compliance = comp  # type: ignore[attr-defined]  # a stub module's attribute
     sys.modules.update({"torchaudio": ta, "torchaudio.compliance": comp, "torchaudio.compliance.kaldi": kaldi})
 
 
 def _stub_librosa() -> None:
     lib = types.ModuleType("librosa")
     filters = types.ModuleType("librosa.filters")
-    filters.mel = _raiser("librosa.filters.mel")  # type: ignore[attr-defined]
-    lib.filters = filters  # type: ignore[attr-defined]
+    filters.mel = _raiser("librosa.filters.mel")  # type: ignore[attr-defined]  # a stub module's attribute
+    lib.filters = filters  # type: ignore[attr-defined]  # a stub module's attribute
     sys.modules.update({"librosa": lib, "librosa.filters": filters})
 
 
@@ -84,7 +84,7 @@ def import_peer() -> Any:
         _stub_if_broken(name, _stub_plain(name))
     try:
         import faster_qwen3_tts
-        import qwen_tts  # noqa: F401
+        import qwen_tts  # noqa: F401 - the peer needs it importable too
     except ImportError as exc:
         raise BenchError(
             f"the peer {PEER_NAME}=={PEER_VERSION} is not importable ({exc}); on the GPU machine install the "
@@ -113,7 +113,7 @@ def patch_rope_default() -> None:
                 config.rope_theta = params["rope_theta"]
         return original(config, *args, **kwargs)
 
-    default_rope._bench_patched = True  # type: ignore[attr-defined]
+    default_rope._bench_patched = True  # type: ignore[attr-defined]  # a marker: patched once
     registry["default"] = default_rope
 
 

@@ -19,6 +19,7 @@ Nothing here changes the engine; it is a diagnosis tool (results in results/engi
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -153,8 +154,8 @@ def profile_rows(engine: Any, rows_list: list[int], *, text: str, speaker: str, 
                 row: dict[str, Any] = {"rows": r, "bucket": bucket}
                 row["c0_ms"] = _timed(c0_graph, iters)
                 row["predictor_ms"] = _timed(predict, iters)
-                row["talker_ms"] = _timed(lambda f=talker, a=(c0, c0_embed, rest): f(*a), iters)
-                row["decoder_ms"] = _timed(lambda f=decoder, c=codes: f(c), iters)
+                row["talker_ms"] = _timed(functools.partial(talker, c0, c0_embed, rest), iters)
+                row["decoder_ms"] = _timed(functools.partial(decoder, codes), iters)
                 frame = graphs.frame_graphs.get((bucket, False))
                 row["frame_ms"] = _timed(frame, iters) if frame is not None else None
                 t0 = time.perf_counter()
@@ -255,11 +256,13 @@ def attention_variants(engine: Any, rows_list: list[int], iters: int = 50) -> li
             pos = torch.randint(60, 200, (r,), generator=g).to(dev)
             mask = (torch.arange(length, device=dev)[None, :] <= pos[:, None])[:, None, None]
 
-            def sdpa(q=q, k=k, v=v, mask=mask, r=r) -> Any:
+            def sdpa(q: torch.Tensor = q, k: torch.Tensor = k, v: torch.Tensor = v, mask: torch.Tensor = mask,
+                     r: int = r) -> Any:
                 qg = q.reshape(r, t.num_kv_heads, groups, t.head_dim)
                 return F.scaled_dot_product_attention(qg, k, v, attn_mask=mask)
 
-            def red(q=q, k=k, v=v, mask=mask, r=r) -> Any:
+            def red(q: torch.Tensor = q, k: torch.Tensor = k, v: torch.Tensor = v, mask: torch.Tensor = mask,
+                    r: int = r) -> Any:
                 return reduce(q, k, v, mask.reshape(r, 1, 1, 1, -1), groups)
 
             a, b = sdpa(), red()

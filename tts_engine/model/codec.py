@@ -19,8 +19,10 @@ Contract (docs/codec.md):
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -74,6 +76,11 @@ class CodecState:
 
 class Dequantizer(nn.Module):
     """codes [B, Q, T] -> [B, codebook_dim, T]: first codebook and the sum of the rest, each with its 1x1 projection."""
+
+    # buffers (register_buffer): declared here so that they type as tensors, not `Tensor | Module`
+    tables: torch.Tensor
+    proj_first: torch.Tensor
+    proj_rest: torch.Tensor
 
     def __init__(self, get: Weights, cfg: CodecConfig) -> None:
         super().__init__()
@@ -185,7 +192,8 @@ class CodecDecoder(nn.Module):
         hidden = self.pre_transformer(latent.transpose(1, 2), state.kv_k, state.kv_v, state.positions, live)
         state.positions.add_(n if live is None else live.long() * n)
         x = hidden.transpose(1, 2)
-        for up, convnext in self.upsample:
+        # ModuleList: Modules to a type checker; each stage is (transposed conv, ConvNeXt block)
+        for up, convnext in cast("Sequence[tuple[CausalTransposedConv, ConvNeXtBlock]]", self.upsample):
             x = convnext(up(x, tails), tails)
         x = self.input_conv(x, tails)
         for block in self.blocks:

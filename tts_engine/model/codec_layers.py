@@ -60,6 +60,10 @@ class StatefulModule(nn.Module):
 
 
 class CausalConv(StatefulModule):
+    # buffers (register_buffer): declared here so that they type as tensors, not `Tensor | Module`
+    weight: torch.Tensor
+    bias: torch.Tensor
+
     def __init__(self, get: Weights, prefix: str, dilation: int = 1, groups: int = 1) -> None:
         super().__init__()
         self.register_buffer("weight", get(f"{prefix}.conv.weight"))
@@ -78,6 +82,10 @@ class CausalConv(StatefulModule):
 
 
 class CausalTransposedConv(StatefulModule):
+    # buffers (register_buffer): declared here so that they type as tensors, not `Tensor | Module`
+    weight: torch.Tensor
+    bias: torch.Tensor
+
     def __init__(self, get: Weights, prefix: str, stride: int) -> None:
         super().__init__()
         self.register_buffer("weight", get(f"{prefix}.conv.weight"))  # [in, out, k]
@@ -106,6 +114,10 @@ class SnakeBeta(nn.Module):
     """x + sin(x * e^alpha)^2 / (e^beta + 1e-9); alpha, beta are stored in log space per channel.
     `activation` is `snake`, or its compiled (one fused kernel) version on CUDA (runtime/fusion.py)."""
 
+    # buffers (register_buffer): declared here so that they type as tensors, not `Tensor | Module`
+    freq: torch.Tensor
+    inv_mag: torch.Tensor
+
     def __init__(self, get: Weights, prefix: str) -> None:
         super().__init__()
         self.register_buffer("freq", torch.exp(get(f"{prefix}.alpha"))[None, :, None])
@@ -118,6 +130,15 @@ class SnakeBeta(nn.Module):
 
 class ConvNeXtBlock(nn.Module):
     """Causal depthwise conv k7 -> LayerNorm(1e-6) -> Linear 4x -> GELU(erf) -> Linear -> gamma -> residual."""
+
+    # buffers (register_buffer): declared here so that they type as tensors, not `Tensor | Module`
+    norm_weight: torch.Tensor
+    norm_bias: torch.Tensor
+    w1: torch.Tensor
+    b1: torch.Tensor
+    w2: torch.Tensor
+    b2: torch.Tensor
+    gamma: torch.Tensor
 
     def __init__(self, get: Weights, prefix: str) -> None:
         super().__init__()

@@ -14,6 +14,9 @@ A single pass is the same computation on a zeroed window with positions 0 (the w
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -33,7 +36,32 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-second, first), dim=-1)
 
 
+class PreTransformerLayer(nn.Module):
+    """One layer's weights, as buffers named after `PreTransformer`'s table (q_b..o_b only with attention_bias)."""
+
+    # buffers (register_buffer): declared here so that they type as tensors, not `Tensor | Module`
+    ln1: torch.Tensor
+    ln2: torch.Tensor
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    o: torch.Tensor
+    gate: torch.Tensor
+    up: torch.Tensor
+    down: torch.Tensor
+    attn_scale: torch.Tensor
+    mlp_scale: torch.Tensor
+
+
 class PreTransformer(nn.Module):
+    # buffers (register_buffer): declared here so that they type as tensors, not `Tensor | Module`
+    in_w: torch.Tensor
+    in_b: torch.Tensor
+    out_w: torch.Tensor
+    out_b: torch.Tensor
+    norm_w: torch.Tensor
+    inv_freq: torch.Tensor
+
     def __init__(self, get: Weights, prefix: str, cfg: CodecConfig) -> None:
         super().__init__()
         self.cfg = cfg
@@ -64,7 +92,7 @@ class PreTransformer(nn.Module):
             names.update({f"{p}_b": f"self_attn.{p}_proj.bias" for p in ("q", "k", "v", "o")})
         self.layers = nn.ModuleList()
         for i in range(cfg.num_hidden_layers):
-            layer = nn.Module()
+            layer = PreTransformerLayer()
             for attr, name in names.items():
                 layer.register_buffer(attr, get(f"{prefix}.layers.{i}.{name}"))
             self.layers.append(layer)
@@ -96,7 +124,7 @@ class PreTransformer(nn.Module):
         mask = self._mask(positions, n)
         groups = cfg.num_attention_heads // cfg.num_key_value_heads
         h = F.linear(x, self.in_w, self.in_b)
-        for index, layer in enumerate(self.layers):
+        for index, layer in enumerate(cast("Sequence[PreTransformerLayer]", self.layers)):  # ModuleList: Modules
             a = rms_norm(h, layer.ln1, cfg.rms_norm_eps)
             q = F.linear(a, layer.q, getattr(layer, "q_b", None)).view(batch, n, -1, cfg.head_dim).transpose(1, 2)
             k = F.linear(a, layer.k, getattr(layer, "k_b", None)).view(batch, n, -1, cfg.head_dim).transpose(1, 2)

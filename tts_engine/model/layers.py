@@ -25,6 +25,9 @@ Contract (docs/model.md, "The frame step"):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -244,28 +247,28 @@ class DecoderStack(nn.Module):
                 k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
         """x [1, T, H] with caches [num_layers, kv_heads, L, D] of one slot, or x [B, T, H] with caches
         [num_layers, B, kv_heads, L, D]. Returns final-normed hidden [B, T, H]."""
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(cast("Sequence[DecoderLayer]", self.layers)):  # ModuleList: Modules
             a = layer.self_attn.prefill(layer.input_layernorm(x), cos, sin, k_cache[i], v_cache[i])
             x = layer.finish(x, a)
         return self.norm(x)
 
     def step(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
              v_cache: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(cast("Sequence[DecoderLayer]", self.layers)):  # ModuleList: Modules
             a = layer.self_attn.step(layer.input_layernorm(x), cos, sin, k_cache[i], v_cache[i], positions, mask)
             x = layer.finish(x, a)
         return self.norm(x)
 
     def static(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
                v_cache: torch.Tensor, start: int) -> torch.Tensor:
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(cast("Sequence[DecoderLayer]", self.layers)):  # ModuleList: Modules
             a = layer.self_attn.static(layer.input_layernorm(x), cos, sin, k_cache[i], v_cache[i], start)
             x = layer.finish(x, a)
         return self.norm(x)
 
     def fixed(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
               v_cache: torch.Tensor, positions: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(cast("Sequence[DecoderLayer]", self.layers)):  # ModuleList: Modules
             a = layer.self_attn.fixed(layer.input_layernorm(x), cos, sin, k_cache[i], v_cache[i], positions, key_mask)
             x = layer.finish(x, a)
         return self.norm(x)

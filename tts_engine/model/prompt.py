@@ -112,7 +112,7 @@ class PromptEmbedder:
     def _project(self, pieces: list[list[int]]) -> list[torch.Tensor]:
         """Text ids of several pieces -> their projected embeddings, each piece projected as its own batch."""
         ids = [i for piece in pieces for i in piece]
-        if self._host_gather:
+        if self._table_np is not None:  # _host_gather: the table is on the host
             staging = self._stage(len(ids))
             np.take(self._table_np, np.asarray(ids, dtype=np.int64), axis=0, out=staging.view(self._as_int).numpy())
             rows = staging.to(self.device, non_blocking=self._pinned)

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tts_engine.errors import CheckpointError
 from tts_engine.model.layout import TOKENIZER_FILES
 
 
 class TextTokenizer:
-    def __init__(self, backend: object, source: Path) -> None:
+    def __init__(self, backend: Callable[..., Any], source: Path) -> None:  # a transformers tokenizer
         self._backend = backend
         self.source = source
 
@@ -44,4 +46,4 @@ class TextTokenizer:
         return cls(backend, model_dir)
 
     def encode(self, text: str) -> list[int]:
-        return list(self._backend(text, add_special_tokens=False)["input_ids"])  # type: ignore[operator]
+        return list(self._backend(text, add_special_tokens=False)["input_ids"])

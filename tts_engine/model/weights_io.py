@@ -38,5 +38,5 @@ def read_checked_tensors(
                     for name in expected}
     except CheckpointError:
         raise
-    except Exception as exc:  # a truncated or foreign file
+    except Exception as exc:  # noqa: BLE001 - a truncated or foreign file: named in the CheckpointError
         raise CheckpointError(f"{path}: not a readable safetensors file ({type(exc).__name__}: {exc})") from None

@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -45,6 +46,9 @@ from tts_engine.model.predictor import PREDICTOR_POSITIONS
 from tts_engine.model.prompt import PromptEmbedder, validate_request
 from tts_engine.model.sampling import choose, process_talker_logits, token_hashes
 from tts_engine.text.speech_length import FLOOR_FRAMES, frame_budget
+
+if TYPE_CHECKING:
+    from tts_engine.runtime.cuda_graphs import GraphStats
 
 #: absolute ceiling on frames per utterance (163.84 s), whatever the text length
 HARD_CEILING_FRAMES = 2048
@@ -84,7 +88,7 @@ class SamplingParams:
         return cls(do_sample=False, subtalker_do_sample=False, repetition_penalty=repetition_penalty, seed=seed)
 
     @classmethod
-    def from_generation_config(cls, cfg: GenerationDefaults | ModelConfig, **overrides: object) -> SamplingParams:
+    def from_generation_config(cls, cfg: GenerationDefaults | ModelConfig, **overrides: Any) -> SamplingParams:
         gen = cfg.generation if isinstance(cfg, ModelConfig) else cfg
         base = cls(
             do_sample=gen.do_sample, temperature=gen.temperature, top_k=gen.top_k, top_p=gen.top_p,
@@ -92,7 +96,7 @@ class SamplingParams:
             subtalker_temperature=gen.subtalker_temperature, subtalker_top_k=gen.subtalker_top_k,
             subtalker_top_p=gen.subtalker_top_p,
         )
-        return dataclasses.replace(base, **overrides)  # type: ignore[arg-type]
+        return dataclasses.replace(base, **overrides)
 
 
 @dataclass
@@ -104,6 +108,8 @@ class Prompt:
 
 class CodeGenerator:
     """Fixed-shape batched frame stepper over `max_slots` static slots."""
+
+    graph_stats: GraphStats  # set by the Engine once it has built the step graphs; absent until then
 
     def __init__(self, model: LoadedModel, max_slots: int, max_seq_len: int = 2048, cap_scale: float = 1.0) -> None:
         if max_slots < 1:

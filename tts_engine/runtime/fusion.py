@@ -130,10 +130,10 @@ def apply_fusion(model: Any, parts: tuple[str, ...] = PARTS, compile_fn: Callabl
     for module in model.talker.modules():
         if isinstance(module, Attention):
             module._w_qkv = _concat_rows([module.q_proj, module.k_proj, module.v_proj])
-            module._qkv = types.MethodType(_qkv_one_matmul, module)
+            module._qkv = types.MethodType(_qkv_one_matmul, module)  # type: ignore[method-assign]  # fused, per instance
         elif isinstance(module, MLP):
             module._w_gate_up = _concat_rows([module.gate_proj, module.up_proj])
-            module.forward = types.MethodType(_mlp_one_matmul, module)
+            module.forward = types.MethodType(_mlp_one_matmul, module)  # type: ignore[method-assign]  # fused, per instance
     # Tried and left out (H100, 2026-11-23): compiling Attention.step/.static whole (predictor 3.95 -> 3.79 ms
     # but talker 2.75 -> 2.99 ms, RTF 0.094 -> 0.099, load +70 s), and the codec's SnakeBeta / ConvNeXt /
     # transformer (decoder 2.4 -> 1.8 ms, hidden anyway beside the talker half; SNR vs the plain decoder
@@ -156,7 +156,7 @@ def apply_fusion(model: Any, parts: tuple[str, ...] = PARTS, compile_fn: Callabl
         if not isinstance(module, Attention):
             continue
         if id(module) in predictor_attention and "predictor_attention" in parts:
-            module.fixed = compile_fn(module.fixed, dynamic=True)
+            module.fixed = compile_fn(module.fixed, dynamic=True)  # type: ignore[method-assign]  # compiled, per instance
             count += 1
         elif id(module) not in predictor_attention and "talker_attention" in parts:
             module.reduce_attention = True

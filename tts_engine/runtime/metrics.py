@@ -154,14 +154,16 @@ class EngineCounters:
             if metrics.rtf is not None:
                 self._recent_rtf.append(metrics.rtf)
 
-    def snapshot(self) -> dict[str, float]:
-        out: dict[str, float] = self.phases.snapshot()
+    def snapshot(self) -> dict[str, float | None]:
+        """The totals, and the recent_* percentiles (None before the first completed stream)."""
+        out: dict[str, float | None] = dict(self.phases.snapshot())
         with self._lock:
             out.update(self._values)
             out["codegen_wall_ms_total"] = round(self.codegen_wall_ms_total, 3)
             out["decode_wall_ms_total"] = round(self.decode_wall_ms_total, 3)
             ttfa, rtf = sorted(self._recent_ttfa), sorted(self._recent_rtf)
-        out["audio_seconds_emitted"] = round(out["samples_emitted"] / SAMPLE_RATE, 3)
+            samples = self._values["samples_emitted"]
+        out["audio_seconds_emitted"] = round(samples / SAMPLE_RATE, 3)
         out["recent_streams"] = len(ttfa)
         for name, values, digits in (("ttfa_ms", ttfa, 2), ("rtf", rtf, 4)):
             out[f"recent_{name}_p50"] = _percentile(values, 50, digits)

@@ -176,7 +176,7 @@ class Scheduler:
                     if live is not None:
                         self._advance(live)
                         phases.lap("step")
-        except BaseException as exc:  # noqa: BLE001 - a dead worker must never leave consumers hanging
+        except BaseException as exc:  # a dead worker must never leave consumers hanging
             self.fatal_error = exc
             log.exception("engine worker died")
         finally:
@@ -271,7 +271,7 @@ class Scheduler:
                 self.counters.add("input_errors")
                 self._finish_unadmitted(channel, "error", exc)
                 continue
-            except Exception as exc:  # noqa: BLE001 - this stream fails, the engine keeps serving
+            except Exception as exc:  # this stream fails, the engine keeps serving
                 log.exception("admission of %s failed", req.metrics.request_id)
                 self._finish_unadmitted(channel, "error", EngineStepError(f"admission failed: {exc}"))
                 continue
@@ -283,7 +283,7 @@ class Scheduler:
             self.codegen.admit_many(free, [p for _, p in prepared], [c.request.params for c, _ in prepared])
             for slot in free:
                 self.stepper.state.reset_(slot)
-        except Exception as exc:  # noqa: BLE001 - these streams fail, the engine keeps serving
+        except Exception as exc:  # these streams fail, the engine keeps serving
             log.exception("admission of %d stream(s) failed", len(prepared))
             for slot, (channel, _) in zip(free, prepared, strict=True):
                 self._safe_release(slot)
@@ -316,7 +316,7 @@ class Scheduler:
         t0 = time.perf_counter()
         try:
             out = self.stepper.run(n_rows, live)
-        except Exception as exc:  # noqa: BLE001 - fail these streams, keep the engine serving
+        except Exception as exc:  # fail these streams, keep the engine serving
             log.exception("frame step failed (rows=%d)", n_rows)
             self.counters.add("worker_errors")
             self.stepper.reset_state()
@@ -408,14 +408,14 @@ class Scheduler:
             self.counters.add("streams_failed")
         try:  # bookkeeping first (slot reservation, code dump, listeners), so it is done when the consumer sees the end
             self._on_stream_end(channel)
-        except Exception:  # noqa: BLE001 - bookkeeping must not kill the worker
+        except Exception:  # bookkeeping must not kill the worker
             log.exception("on_stream_end failed")
         channel.finish(error)
 
     def _safe_release(self, slot: int) -> None:
         try:
             self.codegen.release(slot)
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.exception("release of slot %d failed", slot)
 
     def _shutdown(self) -> None:

@@ -74,8 +74,8 @@ class TextRows:
         missing = [(track, ids) for _, track, _ in tracks if (ids := track.missing_ids())]
         if missing:  # the tokens that arrived since the last step, every stream's in one projection batch
             projected = self.codegen.prompts.project_many([ids for _, ids in missing])
-            for (track, _), rows in zip(missing, projected, strict=True):
-                track.rows.extend(rows.unbind(0))
+            for (track, _), new_rows in zip(missing, projected, strict=True):
+                track.rows.extend(new_rows.unbind(0))
         rows = [track.row(self.codegen, kind) for _, track, kind in tracks]
         caps = [track.cap(self.codegen) for _, track, _ in tracks]
         self.codegen.set_stream_rows([slot for slot, _, _ in tracks], torch.stack(rows), caps)

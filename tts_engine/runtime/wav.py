@@ -23,7 +23,7 @@ def wav_bytes(pcm: np.ndarray, sample_rate: int = SAMPLE_RATE) -> bytes:
 
 def read_wav(source: str | Path | bytes) -> tuple[np.ndarray, int]:
     """(int16 samples, sample rate) of a mono 16-bit WAV; ValueError for anything else."""
-    handle = io.BytesIO(source) if isinstance(source, bytes) else open(source, "rb")  # noqa: SIM115
+    handle = io.BytesIO(source) if isinstance(source, bytes) else open(source, "rb")
     with handle, wave.open(handle, "rb") as wav:
         if wav.getnchannels() != CHANNELS or wav.getsampwidth() != SAMPLE_WIDTH:
             raise ValueError(f"expected mono 16-bit WAV, got {wav.getnchannels()} channels, {wav.getsampwidth()} bytes")

@@ -23,6 +23,7 @@ import ipaddress
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from common.env import Env
 from tts_engine.errors import ConfigError
@@ -42,7 +43,7 @@ class ServerConfig:
     client_max_streams: int | None = None  # None = auto (half the capacity); 0 = no limit
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> ServerConfig:
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> ServerConfig:
         """The variables of the module doc; each keyword given (a CLI flag) wins, None included (auto)."""
         env = Env(environ)
         config = cls(

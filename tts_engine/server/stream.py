@@ -88,11 +88,11 @@ async def stream_response(
     idle_s = server.config.idle_timeout_s
     response: web.StreamResponse | None = None
 
-    async def write(audio: bytes) -> None:
+    async def write(out: web.StreamResponse, audio: bytes) -> None:
         if not audio:
             return
         summary["bytes_sent"] += len(audio)
-        await within(idle_s, response.write(frame(audio) if frame is not None else audio))  # type: ignore[union-attr]
+        await within(idle_s, out.write(frame(audio) if frame is not None else audio))
         if "ttfa_ms" not in summary:  # TTFA: request received -> first audio byte written
             summary["ttfa_ms"] = round((time.perf_counter() - t_received) * 1000.0, 2)
 
@@ -103,9 +103,9 @@ async def stream_response(
         response.enable_chunked_encoding()
         await within(idle_s, response.prepare(request))
         while packet is not None:
-            await write(encoder.push(packet.pcm))
+            await write(response, encoder.push(packet.pcm))
             packet = await _next_packet(handle)
-        await write(encoder.finish())
+        await write(response, encoder.finish())
         if trailer is not None:
             await within(idle_s, response.write(trailer()))
         summary["status"] = "completed"
@@ -207,7 +207,7 @@ async def _lifecycle(
         if isinstance(exc, asyncio.CancelledError):
             raise
         return sent() or web.Response(status=499)
-    except Exception as exc:  # an engine fault: a 500 before the headers, a cut body after them
+    except Exception as exc:  # noqa: BLE001 - an engine fault: a 500 before the headers, a cut body after
         return _fault(server, request, label, summary, handle, exc, sent(), fail)
     finally:
         server.in_flight.dec()

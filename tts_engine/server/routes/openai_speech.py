@@ -70,7 +70,7 @@ def _audio_delta(audio: bytes) -> bytes:
     return _sse({"type": "speech.audio.delta", "audio": base64.b64encode(audio).decode("ascii")})
 
 
-def _or_default(value: Any, default: str) -> Any:
+def _or_default(value: Any, default: str | None) -> Any:
     """null and "" mean the default; any other value is checked as given (0 or false is not a format)."""
     return default if value is None or value == "" else value
 
