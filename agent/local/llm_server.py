@@ -54,6 +54,9 @@ def build_params(args: argparse.Namespace) -> Any:
     # one slot: a request that arrives while another is answered waits for it instead of cutting it short or
     # sharing the thread (llama_cpp.server, used before, ended a running stream with [DONE] by default)
     params.n_parallel = 1
+    # llama_cpp.server's default repeat penalty (llama.cpp's server has 1.0): without it SmolLM2-135M loops
+    # ("la femme, la femme, ...") where it answered before; the other sampling defaults are the same in both
+    params.sampling.penalty_repeat = 1.1
     params.cpuparams.n_threads = args.threads
     params.cpuparams_batch.n_threads = args.threads
     params.ui = False  # the API only, no web chat page
