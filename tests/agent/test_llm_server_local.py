@@ -57,6 +57,19 @@ def stream_chat(port: int, text: str) -> tuple[str, str | None, bool]:
     return answer, finish, done
 
 
+def test_params_keep_the_old_servers_behaviour(tmp_path: Path) -> None:
+    """One slot (requests queue), the alias, the threads, and llama_cpp.server's repeat penalty (SmolLM2 loops
+    without it)."""
+    from agent.local import llm_server
+
+    args = llm_server.argparse.Namespace(model=tmp_path / "m.gguf", host="127.0.0.1", port=9, n_ctx=512, threads=1)
+    params = llm_server.build_params(args)
+    assert params.n_parallel == 1 and params.model_alias == {LOCAL_LLM_MODEL} and params.port == 9
+    assert params.cpuparams.n_threads == 1 and params.cpuparams_batch.n_threads == 1 and params.n_ctx == 512
+    assert params.sampling.penalty_repeat == pytest.approx(1.1) and params.sampling.penalty_last_n == 64
+    assert params.hostnames == ["127.0.0.1"] and not params.ui
+
+
 @pytest.fixture(scope="module")
 def server() -> object:
     port = free_port()
