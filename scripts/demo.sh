@@ -19,7 +19,7 @@ die() { printf '[demo] ERROR: %s\n' "$*" >&2; exit 1; }
 
 if [ "${SKIP_SETUP:-0}" != 1 ]; then
   t0=$SECONDS
-  say "setup (scripts/setup.sh --demo; the first time on a 2-core machine several minutes, then seconds) ..."
+  say "setup (scripts/setup.sh --demo; the first time ~6 min on a 2-core machine, then seconds) ..."
   bash scripts/setup.sh --demo || die "setup failed (see above)"
   say "setup: done in $((SECONDS - t0)) s"
 fi
