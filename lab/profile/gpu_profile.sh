@@ -6,10 +6,11 @@
 #   AGENT_NUM_IDLE_PROCESSES=8 bash PROF_ASSETS/gpu_profile.sh process 8 240
 #
 # PROF_ASSETS (default: this script's folder) holds this script, sitecustomize.py (the dispatch probe) and py-spy
-# (py-spy.xz: the binary of the py_spy-0.4.3 manylinux x86_64 wheel, xz -9e; or the wheel itself). It runs `scripts/gpu_many.sh run` (LEVELS=N, WORKERS=1, ENGINE_SERVERS=1, the earlier runs'
-# settings otherwise) with the probe on PYTHONPATH and DISPATCH_PROBE set, and beside it a watcher that finds the
-# worker (RUN_DIR/agent.worker.pid) and its health port, then with py-spy 0.4.3, all --nonblocking (no pauses of
-# the worker: a THREAD worker has some 50 threads):
+# (py-spy.xz: the binary of the py_spy-0.4.3 manylinux x86_64 wheel, xz -9e; or the wheel itself). It runs
+# `scripts/gpu_many.sh run` (LEVELS=N, WORKERS=1, ENGINE_SERVERS=1, the earlier runs' settings otherwise) with the
+# probe on PYTHONPATH and DISPATCH_PROBE set, and beside it a watcher that finds the worker (RUN_DIR/agent.worker.pid)
+# and its health port, then with py-spy 0.4.3, all --nonblocking (no pauses of the worker: a THREAD worker has over
+# 100 threads at 4 calls):
 #   start:  from the worker's registration, START_S (45) s: its main process with --idle at 50 Hz as speedscope
 #           (samples in order: the offers and the job starts as a timeline), and on-CPU stacks as raw (of every
 #           process of the worker under PROCESS: the job processes and the idle ones started in their place)
@@ -53,7 +54,9 @@ export PYTHONPATH=$PROF_ASSETS${PYTHONPATH:+:$PYTHONPATH}  # gpu_many puts SITE 
 if [ "$mode" = process ]; then export AGENT_JOB_EXECUTOR=process; else export AGENT_JOB_EXECUTOR=thread; fi
 export CKPT=${CKPT:-/tmp/ckpt-0.6b} LEVELS=$n TURNS=${TURNS:-2} WINDOW=${WINDOW:-10} PROCS=${PROCS:-6} WORKERS=1 \
   GPUS=${GPUS:-1} ENGINE_SERVERS=1 BOUND_S=$bound RESERVE_S=${RESERVE_S:-40} WORK=$W/work OUT=$W/out
-say "many: AGENT_JOB_EXECUTOR=$AGENT_JOB_EXECUTOR AGENT_NUM_IDLE_PROCESSES=${AGENT_NUM_IDLE_PROCESSES:-unset} LEVELS=$LEVELS TURNS=$TURNS WINDOW=$WINDOW PROCS=$PROCS WORKERS=1 GPUS=$GPUS ENGINE_SERVERS=1 BOUND_S=$BOUND_S RESERVE_S=$RESERVE_S"
+say "many: AGENT_JOB_EXECUTOR=$AGENT_JOB_EXECUTOR AGENT_NUM_IDLE_PROCESSES=${AGENT_NUM_IDLE_PROCESSES:-unset}" \
+  "LEVELS=$LEVELS TURNS=$TURNS WINDOW=$WINDOW PROCS=$PROCS WORKERS=1 GPUS=$GPUS ENGINE_SERVERS=1" \
+  "BOUND_S=$BOUND_S RESERVE_S=$RESERVE_S"
 bash scripts/gpu_many.sh run >"$P/gpu_many_run.log" 2>&1 &
 many=$!
 
@@ -67,7 +70,10 @@ snap() {  # snap TAG: py-spy dump and the process table
   $SPY dump --pid "$wpid" --nonblocking "${sub[@]}" >"$P/dump_$1.txt" 2>&1
   ps -eo pid,ppid,nlwp,pcpu,rss,etimes,args --sort=-pcpu >"$P/ps_$1.txt" 2>&1
 }
-jobs_now() { curl -s -m 2 "http://127.0.0.1:$port/worker" 2>/dev/null | python3 -c 'import json,sys; print(int(float(json.load(sys.stdin).get("active_jobs", 0))))' 2>/dev/null || echo -1; }
+jobs_now() {  # LiveKit's active_jobs (a float in its JSON: "4.0"), -1 when the worker does not answer
+  curl -s -m 2 "http://127.0.0.1:$port/worker" 2>/dev/null |
+    python3 -c 'import json,sys; print(int(float(json.load(sys.stdin).get("active_jobs", 0))))' 2>/dev/null || echo -1
+}
 (
   while kill -0 "$many" 2>/dev/null; do  # the worker: its pid file and its registration
     if [ -s "$pidfile" ] && grep -q "registered worker" "$agentlog" 2>/dev/null; then
