@@ -65,7 +65,7 @@ def questions_wav(path: Path, turns: int, gap_s: float) -> list[tuple[str, str]]
 
 def versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
-    for name in ("livekit-agents", "livekit", "faster-whisper", "llama-cpp-python", "torch", "playwright"):
+    for name in ("livekit-agents", "livekit", "faster-whisper", "xllamacpp", "torch", "playwright"):
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
