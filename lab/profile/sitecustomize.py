@@ -39,7 +39,7 @@ def _emit(ev: str, **fields: object) -> None:
 def _job_id(ctx: object) -> str | None:
     try:
         return ctx.job.id  # type: ignore[attr-defined]
-    except Exception:
+    except Exception:  # noqa: BLE001  # the probe reads a private shape that may change: no id then
         return None
 
 
@@ -47,7 +47,7 @@ def _patch_lazy_main(mod: object) -> None:
     original = mod._record_dispatch_timeline  # type: ignore[attr-defined]
 
     @functools.wraps(original)
-    def record(span, info, entrypoint_started_at):  # noqa: ANN001, ANN202
+    def record(span, info, entrypoint_started_at):
         _emit("dispatch", job=info.job.id, room=info.job.room.name, received=info.received_at,
               accepted=info.accepted_at, assigned=info.assigned_at, launched=info.launched_at,
               entrypoint_started=entrypoint_started_at)  # fmt: skip
@@ -58,7 +58,7 @@ def _patch_lazy_main(mod: object) -> None:
     start_job = cls._start_job
 
     @functools.wraps(start_job)
-    def _start_job(self, msg):  # noqa: ANN001, ANN202
+    def _start_job(self, msg):
         _emit("start_job_request", job=msg.running_job.job.id, room=msg.running_job.job.room.name)
         return start_job(self, msg)
 
@@ -70,7 +70,7 @@ def _patch_job(mod: object) -> None:
     connect = cls.connect
 
     @functools.wraps(connect)
-    async def wrapped(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+    async def wrapped(self, *args, **kwargs):
         _emit("connect_begin", job=_job_id(self))
         try:
             return await connect(self, *args, **kwargs)
@@ -85,7 +85,7 @@ def _patch_voice(mod: object) -> None:
     start = cls.start
 
     @functools.wraps(start)
-    async def wrapped(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+    async def wrapped(self, *args, **kwargs):
         sid = getattr(self, "session_id", None)
         _emit("call_start_begin", session=sid)
         try:
@@ -107,7 +107,7 @@ class _Hook:
     """A meta-path finder that finds nothing itself: for the modules above it takes the next finder's spec and
     runs the patch once the module's code has run."""
 
-    def find_spec(self, name, path, target=None):  # noqa: ANN001, ANN201
+    def find_spec(self, name, path, target=None):
         if name not in _PATCHES:
             return None
         for finder in sys.meta_path:
@@ -121,12 +121,12 @@ class _Hook:
         loader = spec.loader
         exec_module = loader.exec_module
 
-        def run(module):  # noqa: ANN001, ANN202
+        def run(module):
             exec_module(module)
             try:
                 _PATCHES[name](module)
                 _emit("patched", module=name)
-            except Exception as e:  # a probe that cannot patch must not stop the worker
+            except Exception as e:  # noqa: BLE001  # a probe that cannot patch must not stop the worker
                 _emit("patch_failed", module=name, error=repr(e))
 
         loader.exec_module = run
