@@ -38,13 +38,13 @@ def _emit(ev: str, **fields: object) -> None:
 
 def _job_id(ctx: object) -> str | None:
     try:
-        return ctx.job.id  # type: ignore[attr-defined]
-    except Exception:  # noqa: BLE001  # the probe reads a private shape that may change: no id then
+        return ctx.job.id
+    except Exception:  # noqa: BLE001 - the probe reads a private shape that may change: no id then
         return None
 
 
 def _patch_lazy_main(mod: object) -> None:
-    original = mod._record_dispatch_timeline  # type: ignore[attr-defined]
+    original = mod._record_dispatch_timeline
 
     @functools.wraps(original)
     def record(span, info, entrypoint_started_at):
@@ -53,8 +53,8 @@ def _patch_lazy_main(mod: object) -> None:
               entrypoint_started=entrypoint_started_at)  # fmt: skip
         return original(span, info, entrypoint_started_at)
 
-    mod._record_dispatch_timeline = record  # type: ignore[attr-defined]
-    cls = mod._JobProc  # type: ignore[attr-defined]
+    mod._record_dispatch_timeline = record
+    cls = mod._JobProc
     start_job = cls._start_job
 
     @functools.wraps(start_job)
@@ -66,7 +66,7 @@ def _patch_lazy_main(mod: object) -> None:
 
 
 def _patch_job(mod: object) -> None:
-    cls = mod.JobContext  # type: ignore[attr-defined]
+    cls = mod.JobContext
     connect = cls.connect
 
     @functools.wraps(connect)
@@ -81,7 +81,7 @@ def _patch_job(mod: object) -> None:
 
 
 def _patch_voice(mod: object) -> None:
-    cls = mod.Call  # type: ignore[attr-defined]
+    cls = mod.Call
     start = cls.start
 
     @functools.wraps(start)
@@ -126,7 +126,7 @@ class _Hook:
             try:
                 _PATCHES[name](module)
                 _emit("patched", module=name)
-            except Exception as e:  # noqa: BLE001  # a probe that cannot patch must not stop the worker
+            except Exception as e:  # noqa: BLE001 - a probe that cannot patch must not stop the worker
                 _emit("patch_failed", module=name, error=repr(e))
 
         loader.exec_module = run
