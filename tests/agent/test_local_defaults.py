@@ -118,7 +118,7 @@ def test_embedded_models_compute_at_a_lowered_priority(tmp_path: Path, monkeypat
     monkeypatch.setattr(llm_server.os, "nice", lambda n: calls.append(("nice", n)))
 
     def fake_serve(params: object) -> None:  # the server's threads start here, after the nice
-        calls.append(("serve", params.port))  # type: ignore[attr-defined]
+        calls.append(("serve", params.port))
         raise SystemExit(0)
 
     monkeypatch.setattr(llm_server, "serve", fake_serve)
