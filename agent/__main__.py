@@ -6,9 +6,9 @@
 - `download-files`: LiveKit's own `python -m livekit.agents download-files` (the plugins' model files).
 - `simulate --turns N [--barge-in] --out DIR`: a complete call without a LiveKit server (lab/simulate.py).
 - `stress --rounds N --out DIR` / `stress --turns N --out DIR`: the barge-in stress run and the soak (lab/stress.py).
-  The lab ships with a source checkout, not in the worker's package: these two run `python -m lab.<module>` in a
+- `trace-review FILES... [--plot PNG]`: P50/P95 per trace segment and the slowest turns (lab/trace_review.py).
+  The lab ships with a source checkout, not in the worker's package: these three run `python -m lab.<module>` in a
   process of their own, so the worker never imports the lab, and say so clearly when the lab is not there.
-- `trace-review FILES... [--plot PNG]`: P50/P95 per trace segment and the slowest turns (agent/trace_review.py).
 - `standby --fifo PATH [COMMAND ...]`: a worker that has done its slow imports and waits for its supervisor's `go`
   to run COMMAND (`start`) in place of a dead worker (agent/standby.py; scripts/run_worker.sh starts it).
 - `recover [--pid PID] [--reason TEXT]`: after a worker died: close its open turns (`worker_lost`) and take its
@@ -57,7 +57,7 @@ dispatch it into any room with LiveKit's API, e.g. `lk dispatch create --agent-n
 --room NAME`, or livekit-api's `LiveKitAPI().agent_dispatch.create_dispatch(...)`, with `python -m agent
 start` running."""
 REFUSALS = {"console": CONSOLE_REFUSAL, "connect": CONNECT_REFUSAL}
-LAB_COMMANDS = {"simulate": "lab.simulate", "stress": "lab.stress"}  # run as `python -m MODULE` in a process of its own
+LAB_COMMANDS = {"simulate": "lab.simulate", "stress": "lab.stress", "trace-review": "lab.trace_review"}  # run as `python -m MODULE` in a process of its own
 CHECKOUT = Path(__file__).resolve().parents[1]  # a source checkout's root: lab/ sits here beside agent/
 
 
@@ -78,10 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
         worker.add_argument("--api-key", help="LiveKit API key (default: LIVEKIT_API_KEY)")
         worker.add_argument("--api-secret", help="LiveKit API secret (default: LIVEKIT_API_SECRET)")
     sub.add_parser("download-files", help=COMMANDS["download-files"], description=COMMANDS["download-files"])
-    # their options belong to the lab's modules (lab/simulate.py, lab/stress.py): main() hands them over
+    # their options belong to the lab's modules (lab/simulate.py, stress.py, trace_review.py): main() hands them over
     for name in LAB_COMMANDS:
         sub.add_parser(name, help=COMMANDS[name], add_help=False)
-    sub.add_parser("trace-review", help=COMMANDS["trace-review"], add_help=False)  # agent/trace_review.py parses
     # their options belong to agent/standby.py and agent/recovery.py: main() parses them there
     sub.add_parser("standby", help=COMMANDS["standby"], add_help=False)
     sub.add_parser("recover", help=COMMANDS["recover"], add_help=False)
@@ -94,10 +93,6 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] and argv[0] in LAB_COMMANDS:
         return run_lab(argv[0], argv[1:])
-    if argv[:1] == ["trace-review"]:
-        from agent import trace_review
-
-        return trace_review.main(argv[1:], prog="python -m agent trace-review")
     if argv[:1] == ["standby"]:
         from agent import standby
 
@@ -143,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_lab(command: str, argv: list[str]) -> int:
-    """`python -m agent simulate|stress ...`: the lab's module in a child process, its exit status returned."""
+    """`python -m agent simulate|stress|trace-review ...`: the lab's module in a child process, its exit status."""
     module = LAB_COMMANDS[command]
     if not (CHECKOUT / "lab" / "__init__.py").is_file():
         print(f"python -m agent {command}: the lab (lab/, beside agent/ in a source checkout) is not here; "

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agent import trace_review
 from agent.tracing import TURN_COMMITTED, Outcome, TraceCollector
+from lab import trace_review
 
 FIXTURE = Path(__file__).parent / "fixtures" / "traces_sample.jsonl"
 ROOT = Path(__file__).resolve().parents[2]

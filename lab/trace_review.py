@@ -1,4 +1,4 @@
-"""Latency review of per-turn traces: `python -m agent.trace_review FILES... [--since T] [--plot PNG] [--json]`.
+"""Latency review of per-turn traces: `python -m agent trace-review FILES... [--since T] [--plot PNG] [--json]`.
 
 Contract:
 - Input: JSONL files written by the TraceCollector (traces/README.md): one JSON object per turn with the nine
@@ -357,7 +357,7 @@ def _expand(paths: Sequence[str]) -> Iterator[Path]:
             yield path
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m agent.trace_review") -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m agent trace-review") -> int:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     parser.add_argument("files", nargs="+", help="trace JSONL files (a directory means its *.jsonl)")
     parser.add_argument("--since", help="only turns at/after this time: ISO 8601, epoch seconds, or 30m/2h/1d ago")
