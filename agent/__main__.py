@@ -57,7 +57,8 @@ dispatch it into any room with LiveKit's API, e.g. `lk dispatch create --agent-n
 --room NAME`, or livekit-api's `LiveKitAPI().agent_dispatch.create_dispatch(...)`, with `python -m agent
 start` running."""
 REFUSALS = {"console": CONSOLE_REFUSAL, "connect": CONNECT_REFUSAL}
-LAB_COMMANDS = {"simulate": "lab.simulate", "stress": "lab.stress", "trace-review": "lab.trace_review"}  # run as `python -m MODULE` in a process of its own
+# run as `python -m MODULE` in a process of their own
+LAB_COMMANDS = {"simulate": "lab.simulate", "stress": "lab.stress", "trace-review": "lab.trace_review"}
 CHECKOUT = Path(__file__).resolve().parents[1]  # a source checkout's root: lab/ sits here beside agent/
 
 
