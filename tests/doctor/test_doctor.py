@@ -168,14 +168,14 @@ def test_synthesize_refuses_with_one_line(checkpoint: Path, capsys: pytest.Captu
     assert rc == 2 and len(err) == 1 and "model.safetensors: truncated" in err[0]
 
 
-def test_simulate_on_a_broken_checkpoint_prints_one_line_and_exits_2(
-    checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_simulate_on_a_broken_checkpoint_prints_one_line_and_exits_2(  # the lab runs in a child: capfd
+    checkpoint: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     from agent.__main__ import main as agent_main
 
     CASES["renamed-tensor"][0](checkpoint)
     rc = agent_main(["simulate", "--model-dir", str(checkpoint), "--out", str(tmp_path / "sim")])
-    err = capsys.readouterr().err.strip().splitlines()
+    err = capfd.readouterr().err.strip().splitlines()
     assert rc == 2
     assert len(err) == 1 and err[0].startswith("[simulate] ") and "talker.model.final_norm.weight" in err[0]
     assert "Traceback" not in err[0]
