@@ -33,7 +33,7 @@ ROLES = ("workers", "callers", "livekit_server", "engine_server", "stand_in", "t
 _RULES = (
     ("livekit_server", re.compile(r"livekit-server")),
     ("engine_server", re.compile(r"-m tts_engine serve\b")),
-    ("stand_in", re.compile(r"-m agent\.tools\.fake_openai\b")),
+    ("stand_in", re.compile(r"-m lab\.fake_openai\b")),
     ("token_server", re.compile(r"token_server")),
     ("workers", re.compile(r"-m agent (start|standby)\b")),
 )
