@@ -13,9 +13,11 @@ Python is imported; the features below are our own code, written to the model's 
   dropped, every value held within 8 (log10 units) of the loudest, then scaled as (x + 4) / 4;
 - input `input_features` float32 (1, 80, 800); output a sigmoid probability that the turn is complete.
 
-`SmartTurn().probability(audio)` costs about 10-20 ms of one CPU core per call (features ~3 ms, the model the rest;
-lab/convbench/eot_offline.py measures it). It is not yet wired into the worker (agent/turn/end_of_turn.py); the
-offline evaluation there fits the schedule of thresholds it would be used with.
+Cost: one `SmartTurn().probability(audio)` is ~85-100 ms of one core on the 2-core Xeon box (AVX-512 VNNI; measured
+2026-12-02 under load 5-7, results/convbench/eot_offline_2026-12-02/: features ~8-17 ms, the model the rest; more
+threads cost more CPU and no less wall time there), not the 10-20 ms hoped for: about a core for each 100 ms step.
+It is not wired into the worker (agent/turn/end_of_turn.py); lab/convbench/eot_offline.py fits the schedule of
+thresholds it would be used with, and finds it worth running only from ~800 ms of silence on NEUTRAL words.
 """
 
 from __future__ import annotations
