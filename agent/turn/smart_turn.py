@@ -13,9 +13,9 @@ Python is imported; the features below are our own code, written to the model's 
   dropped, every value held within 8 (log10 units) of the loudest, then scaled as (x + 4) / 4;
 - input `input_features` float32 (1, 80, 800); output a sigmoid probability that the turn is complete.
 
-Cost: one `SmartTurn().probability(audio)` is ~85-100 ms of one core on the 2-core Xeon box (AVX-512 VNNI; measured
-2026-12-02 under load 5-7, results/convbench/eot_offline_2026-12-02/: features ~8-17 ms, the model the rest; more
-threads cost more CPU and no less wall time there), not the 10-20 ms hoped for: about a core for each 100 ms step.
+Cost: one `SmartTurn().probability(audio)` is ~47 ms of one core on the 2-core Xeon box (AVX-512 VNNI; measured
+2026-12-02 under load 3-5, results/convbench/eot_offline_2026-12-02/: features ~7 ms, the model the rest; 2 threads
+~30 ms wall for ~58 ms CPU), not the 10-20 ms hoped for: about half a core for each 100 ms step of silence.
 It is not wired into the worker (agent/turn/end_of_turn.py); lab/convbench/eot_offline.py fits the schedule of
 thresholds it would be used with, and finds it worth running only from ~800 ms of silence on NEUTRAL words.
 """
@@ -86,6 +86,9 @@ def mel_bank() -> np.ndarray:
 
 
 _BANK = mel_bank()
+# each band's non-zero bins, as (first bin, weights): the projection as 80 small weighted sums, with no BLAS call
+# (a BLAS matrix product here brought OpenBLAS's second thread, spinning: twice the CPU of a call on 2 cores)
+_BANDS = [(int(np.flatnonzero(row)[0]), row[np.flatnonzero(row)[0] : np.flatnonzero(row)[-1] + 1]) for row in _BANK]
 _HANN = 0.5 - 0.5 * np.cos(2.0 * np.pi * np.arange(N_FFT) / N_FFT)  # periodic: the window of a 400-point FFT
 
 
@@ -105,7 +108,10 @@ def features(audio: np.ndarray) -> np.ndarray:
     padded = np.concatenate([x[half:0:-1], x, x[-2 : -half - 2 : -1]])  # reflected edges, 200 samples each side
     frames = np.lib.stride_tricks.sliding_window_view(padded, N_FFT)[::HOP][:-1]  # 800 of the 801 centres
     power = np.abs(np.fft.rfft(frames * _HANN, axis=1)) ** 2  # (800, 201)
-    logmel = np.log10(np.maximum(power @ _BANK.T, 1e-10)).T  # (80, 800)
+    mel = np.empty((N_MELS, power.shape[0]))
+    for m, (first, weights) in enumerate(_BANDS):
+        mel[m] = (power[:, first : first + len(weights)] * weights).sum(axis=1)
+    logmel = np.log10(np.maximum(mel, 1e-10))  # (80, 800)
     logmel = np.maximum(logmel, logmel.max() - 8.0)
     return ((logmel + 4.0) / 4.0).astype(np.float32)
 

@@ -19,7 +19,10 @@ Decision rules compared, each counted from the last voiced sound:
   else at its 3 s timeout (pipecat's stop_secs); also with the threshold fitted to the budget and our 2.5 s fallback;
 - `fixed_words`: today's waits without the voice model (it needs the LiveKit job runtime, not run offline): the
   words choose short (VAD 224 ms + min_endpointing 200 ms), medium (1.8 s from the last sound) or long (VAD 224 ms +
-  max_delay 2.5 s). Today the voice model can only turn a medium into a short: this is today's rule at its slowest.
+  max_delay 2.5 s). Today the voice model can only turn a medium into a short: this is today's rule at its slowest;
+- `today_words+v1mini` (`--v1-mini`): today's rule whole: the same, with LiveKit's turn-detector-v1-mini asked at the
+  VAD's end through the framework's own stream (livekit.agents.inference.TurnDetector, as the worker asks it):
+  NEUTRAL words and p >= 0.36 take the short wait.
 Reported apart for the report half of the Piper corpus, its tuning half, and the espeak-ng corpus (corpus.py, never
 used to fit). Writes DIR/eot_offline.json and DIR/README.md.
 """
@@ -27,6 +30,7 @@ used to fit). Writes DIR/eot_offline.json and DIR/README.md.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import datetime as dt
 import itertools
 import json
@@ -55,6 +59,7 @@ BUDGET = 0.05
 VAD_MS = 224  # agent/config.py vad_silence_ms: the VAD's end of speech after the last sound
 MIN_ENDPOINTING_MS = 200
 MEDIUM_MS = 1800
+V1_THRESHOLD = 0.36  # EOT_THRESHOLD
 PIPECAT_STOP_MS = 3000
 
 
@@ -248,11 +253,57 @@ def fixed_words(r: dict[str, Any]) -> int:
     return MEDIUM_MS
 
 
-def auc(rows: list[dict[str, Any]], ms: int) -> float | None:
-    """How well the score at `ms` of silence ranks ends above pauses (pauses shorter than `ms` left out)."""
+def today(r: dict[str, Any]) -> int:
+    """Today's rule (agent/turn/end_of_turn.py choose_wait): the words, then v1-mini asked at the VAD's end
+    (at or above EOT_THRESHOLD 0.36: the short wait), else the medium wait."""
+    if r["words"] is Completeness.NEUTRAL and r["p_v1"] is not None and r["p_v1"] >= V1_THRESHOLD:
+        return VAD_MS + MIN_ENDPOINTING_MS
+    return fixed_words(r)
+
+
+async def _v1_scores(items: list[dict[str, Any]]) -> dict[str, float]:
+    """LiveKit's turn-detector-v1-mini through the framework's stream, as the worker asks it: the caller's audio
+    up to the VAD's end of speech (VAD_MS of silence after the last sound), 20 ms frames, one prediction."""
+    from livekit import rtc
+    from livekit.agents.inference import TurnDetector
+
+    from agent.turn.options import VOICE_MODEL
+
+    detector = TurnDetector(version=VOICE_MODEL)
+    out: dict[str, float] = {}
+    frame = ST_RATE // 50
+    for s in items:
+        audio = np.concatenate([s["audio"], np.zeros(VAD_MS * ST_RATE // 1000, np.float32)])
+        pcm = np.clip(np.round(audio * 32768), -32768, 32767).astype(np.int16)
+        stream = detector.stream()
+        for k in range(0, len(pcm) - frame + 1, frame):
+            stream.push_audio(rtc.AudioFrame(pcm[k : k + frame].tobytes(), ST_RATE, 1, frame))
+        await asyncio.sleep(0.2)  # the stream takes its frames in on the loop before it is asked
+        event = await stream.predict()
+        out[s["id"]] = round(float(event.end_of_turn_probability), 5)
+        await stream.aclose()
+    return out
+
+
+def score_v1(items: list[dict[str, Any]], cache: Path) -> dict[str, float]:
+    """v1-mini's probability at the VAD's end for each sample, cached next to Smart Turn's."""
+    scores: dict[str, float] = json.loads(cache.read_text()) if cache.is_file() else {}
+    todo = [s for s in items if s["id"] not in scores]
+    if todo:
+        scores.update(asyncio.run(_v1_scores(todo)))
+        cache.write_text(json.dumps(scores))
+    return scores
+
+
+def auc(rows: list[dict[str, Any]], ms: int, key: str = "p") -> float | None:
+    """How well the score at `ms` of silence ranks ends above pauses (pauses shorter than `ms` left out); `key`
+    "p_v1": v1-mini's one score at the VAD's end instead."""
     k = int(np.searchsorted(STEPS, ms))
-    pos = [r["p"][k] for r in rows if r["kind"] == "end"]
-    neg = [r["p"][k] for r in rows if r["kind"] == "pause" and len(r["p"]) > k]
+    score = (lambda r: r["p"][k] if len(r["p"]) > k else None) if key == "p" else (lambda r: r[key])
+    pos = [score(r) for r in rows if r["kind"] == "end"]
+    neg = [v for v in (score(r) for r in rows if r["kind"] == "pause") if v is not None]
+    if not pos or not neg or None in pos:
+        return None
     if not pos or not neg:
         return None
     pos_a, neg_a = np.array(pos)[:, None], np.array(neg)[None, :]
@@ -274,16 +325,25 @@ def main(argv: list[str] | None = None) -> int:
         help="leave pauses of this kind out of the fit and the report (repeatable): e.g. after_clause, "
         "a finished sentence before more, where taking the turn is arguably no mistake",
     )
+    parser.add_argument(
+        "--v1-mini",
+        action="store_true",
+        help="also ask LiveKit's v1-mini at the VAD's end, to replay today's rule whole",
+    )
     args = parser.parse_args(argv)
 
     model = SmartTurn()
     items = samples(args.piper, "piper") + (samples(args.espeak, "espeak") if args.espeak else [])
     scores = score_all(model, items, args.scores)
+    v1 = score_v1(items, args.scores.with_name(args.scores.stem + "_v1mini.json")) if args.v1_mini else {}
     rows = []
     for s in items:
         if s["kind"] == "pause" and s["pause_kind"] in args.not_counted:
             continue
-        rows.append({k: v for k, v in s.items() if k != "audio"} | {"p": scores[s["id"]], "words": words_of(s["text"])})
+        rows.append(
+            {k: v for k, v in s.items() if k != "audio"}
+            | {"p": scores[s["id"]], "p_v1": v1.get(s["id"]), "words": words_of(s["text"])}
+        )
     groups = {"piper_tuning": [r for r in rows if r["half"] == "tuning"],
               "piper_report": [r for r in rows if r["half"] == "report"],
               "espeak": [r for r in rows if r["corpus"] == "espeak"]}  # fmt: skip
@@ -300,12 +360,18 @@ def main(argv: list[str] | None = None) -> int:
         "one_shot_0.5_pipecat": one_shot(0.5, PIPECAT_STOP_MS),
         f"one_shot_{th1}_fitted": one_shot(th1, MAX_MS),
         "fixed_words_today": fixed_words,
+        **({"today_words+v1mini": today} if args.v1_mini else {}),
     }
     results = {name: {g: evaluate(rs, rule) for g, rs in groups.items() if rs} for name, rule in rules.items()}
     aucs = {g: {f"{ms}ms": auc(rs, ms) for ms in (0, 100, 200, 300)} for g, rs in groups.items() if rs}
     kinds = sorted({r["pause_kind"] for r in rows if r["kind"] == "pause"})
     aucs_kind = {g: {k: auc([r for r in rs if r["kind"] == "end" or r.get("pause_kind") == k], 200) for k in kinds}
                  for g, rs in groups.items() if rs}  # fmt: skip
+    neutral = {g: [r for r in rs if r["words"] is Completeness.NEUTRAL] for g, rs in groups.items()}
+    aucs_neutral = {g: {"smart_turn_200ms": auc(rs, 200), "v1_mini_vad_end": auc(rs, 0, "p_v1") if v1 else None,
+                        "pauses": sum(r["kind"] == "pause" for r in rs), "ends": sum(r["kind"] == "end" for r in rs)}
+                    for g, rs in neutral.items() if rs}  # fmt: skip
+    aucs_v1 = {g: auc(rs, 0, "p_v1") for g, rs in groups.items() if rs} if v1 else {}
     cost = cpu_cost(model)
     from importlib.metadata import version
 
@@ -325,7 +391,8 @@ def main(argv: list[str] | None = None) -> int:
         "one_shot_fitted_threshold": th1,
         "counts": {g: {"pauses": sum(r["kind"] == "pause" for r in rs), "ends": sum(r["kind"] == "end" for r in rs)}
                    for g, rs in groups.items()},
-        "auc_end_vs_pause": aucs, "auc_200ms_by_pause_kind": aucs_kind, "results": results, "cpu_cost": cost,
+        "auc_end_vs_pause": aucs, "auc_200ms_by_pause_kind": aucs_kind,
+        "auc_v1_mini_vad_end": aucs_v1, "auc_neutral_words_only": aucs_neutral, "results": results, "cpu_cost": cost,
         "words_at_ends": {g: {c.value: sum(r["words"] is c for r in rs if r["kind"] == "end") for c in Completeness}
                           for g, rs in groups.items()},
     }  # fmt: skip
@@ -372,6 +439,12 @@ def readme(doc: dict[str, Any]) -> str:
             f"{g}: " + ", ".join(f"{k} {v}" for k, v in a.items()) for g, a in doc["auc_200ms_by_pause_kind"].items()
         ),
     ]
+    if doc["auc_v1_mini_vad_end"]:
+        lines += ["", "AUC of LiveKit's v1-mini at the VAD's end: " + ", ".join(
+            f"{g} {v}" for g, v in doc["auc_v1_mini_vad_end"].items())]  # fmt: skip
+    lines += ["", "AUC where the words say nothing (NEUTRAL: the only turns an audio model decides): " + "; ".join(
+        f"{g} ({a['pauses']} pauses, {a['ends']} ends): Smart Turn at 200 ms {a['smart_turn_200ms']}, v1-mini "
+        f"{a['v1_mini_vad_end']}" for g, a in doc["auc_neutral_words_only"].items())]  # fmt: skip
     lines += ["", "AUC (ends above pauses) of the score at 0/100/200/300 ms of silence: "
               + "; ".join(f"{g}: " + ", ".join(f"{v}" for v in a.values()) for g, a in doc["auc_end_vs_pause"].items()),
               "", f"CPU cost of one call (one 100 ms step): {doc['cpu_cost']['cpu_ms_p50']} ms CPU (P50), wall "
