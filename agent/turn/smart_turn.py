@@ -76,7 +76,7 @@ def _slaney_to_hz(mel: np.ndarray) -> np.ndarray:
 
 def mel_bank() -> np.ndarray:
     """(80, 201): triangles on the FFT bins, evenly spaced in Slaney mels over 0-8 kHz, each of unit area."""
-    edges = _slaney_to_hz(np.linspace(0.0, _hz_to_slaney(RATE / 2), N_MELS + 2))
+    edges = _slaney_to_hz(np.linspace(0.0, float(_hz_to_slaney(np.asarray(RATE / 2))), N_MELS + 2))
     bins = np.linspace(0.0, RATE / 2, N_FFT // 2 + 1)
     lo, mid, hi = edges[:-2, None], edges[1:-1, None], edges[2:, None]
     rising = (bins[None, :] - lo) / (mid - lo)

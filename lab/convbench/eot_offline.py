@@ -183,7 +183,7 @@ def decide(p: list[float], th: np.ndarray, words: Completeness | None, hold: int
     return fallback
 
 
-def evaluate(rows: list[dict[str, Any]], rule) -> dict[str, Any]:  # noqa: ANN001
+def evaluate(rows: list[dict[str, Any]], rule) -> dict[str, Any]:
     """False cut-offs at pauses and decision delays at ends, for a rule row -> ms of silence at which it ends."""
     pauses = [r for r in rows if r["kind"] == "pause"]
     ends = [r for r in rows if r["kind"] == "end"]
@@ -239,7 +239,7 @@ def fit_one_shot(rows: list[dict[str, Any]]) -> float:
     return 1.01
 
 
-def one_shot(th: float, timeout_ms: int):  # noqa: ANN201
+def one_shot(th: float, timeout_ms: int):
     k = int(np.searchsorted(STEPS, 200))
     return lambda r: 200 if r["p"][k] >= th else timeout_ms
 
