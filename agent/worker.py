@@ -21,8 +21,9 @@ the LiveKit CLI's `lk agent dev|start agent/app.py` runs the same). No deprecate
   `python -m tts_engine serve` (for deployments that put TTS on its own GPU).
 - Each job: connect (audio only); leave at once, without a word, if another agent of ours joined the room
   first (a room dispatched twice: `agent.one_agent`); else build `agent.voice.Call` with our audio output
-  publishing its own track, start the AgentSession on the room, follow the newest caller in it
-  (`agent.callers`; the job ends when LiveKit closes the room), write traces to `TRACES_DIR`, and keep the
+  publishing its own track, start the AgentSession on the room, keep talking with its caller while others wait
+  (`agent.callers`; the job ends a second after the last caller left, freeing its call slot), write traces to
+  `TRACES_DIR`, and keep the
   call's open turns in its journal (`agent.journal`), so a worker that dies leaves its turns closed as
   `worker_lost` by whoever recovers it.
 - A job that the token server's agent guard dispatched to replace a lost agent (its metadata says why:
@@ -282,7 +283,8 @@ async def entrypoint(ctx: JobContext) -> None:
 
     ctx.add_shutdown_callback(on_shutdown)
     await call.start(room=ctx.room)
-    follow_callers(ctx.room, call.session)  # the job ends when LiveKit closes the room (agent/callers.py)
+    # one caller at a time; the job ends CALLER_GONE_END_S after the last caller left (agent/callers.py)
+    follow_callers(ctx.room, call.session, on_empty=lambda: ctx.shutdown(reason="its caller left"))
     await ctx.room.local_participant.set_attributes(voice_attributes(cfg))
     reason = recovery_reason(ctx.job.metadata)
     if reason is not None:
