@@ -193,8 +193,8 @@ class LoopProbe:
         paused_s = self._clock.paused_within(start, end + 2 * PAUSE_TICK_S) if self._clock is not None else 0.0
         cause = stall_cause(seconds, thread_cpu_s, paused_s)
         stall = Stall(self.name, round(seconds, 3), round(time.time(), 3), cause)
-        logger.warning("event loop stalled: the %s loop ran nothing for %.1f s (%s; its thread used %.2f s of CPU, "
-                       "the process was paused %.1f s)", self.name, seconds, STALL_WORDS[cause], thread_cpu_s,
+        logger.warning("event loop stalled: the %s loop ran nothing for %.1f s: %s; its thread used %.2f s of CPU, "
+                       "the process was paused %.1f s", self.name, seconds, STALL_WORDS[cause], thread_cpu_s,
                        paused_s)  # fmt: skip
         if self.on_stall is not None:
             self.on_stall(stall)
