@@ -34,9 +34,10 @@
 #                          "registered worker": registered with LiveKit, so a new room gets it); empty: URL only
 #   STOP_TIMEOUT (20), HEALTH_TIMEOUT per probe (3), RUN_DIR (run), LOG_DIR (logs), LOG_KEEP (5), PYTHON (.venv/bin/python)
 #   LIVEKIT_DRAIN_S (2)    the local LiveKit server drains on SIGTERM: it waits, without limit, for every participant
-#                          to leave its rooms (a call in progress never does). After this many seconds stop sends a
-#                          second SIGTERM, on which LiveKit closes its rooms and exits; callers and agents then
-#                          reconnect to the server that `restart livekit` starts. 0: no drain.
+#                          to leave its rooms (a call in progress never does). After this many seconds stop kills it
+#                          (SIGKILL): callers and agents then reconnect to the server that `restart livekit` starts,
+#                          each keeping its session (a second SIGTERM would tell each to leave: the agent's call
+#                          would end). It keeps nothing on disk. 0: no drain.
 #   KEEP_ON_FAILURE=1      leave already-started services running when a later one fails
 # Exit status: 0 ok; 1 a start/stop failed; 2 usage; 3 status found an enabled service down or unhealthy.
 # status prints a service that this configuration does not use as `off (not used)`.
@@ -332,9 +333,10 @@ stop_one() {
     while group_alive "$pid" && ((SECONDS < drain_end)); do sleep 0.2; done
     if group_alive "$pid"; then
       say "livekit: still draining after ${LIVEKIT_DRAIN_S}s: LiveKit waits for every participant to leave its rooms," \
-        "and callers in a call do not; a second SIGTERM makes it close the rooms now (callers and agents reconnect" \
-        "to the next server; LIVEKIT_DRAIN_S sets this wait)"
-      kill -TERM -- "-$pid" 2>/dev/null || true
+        "and callers in a call do not. Killing it (SIGKILL): callers and agents reconnect to the next server with" \
+        "their sessions (a second SIGTERM would tell each to leave, ending the agent's calls); LIVEKIT_DRAIN_S sets" \
+        "this wait"
+      kill -KILL -- "-$pid" 2>/dev/null || true
     fi
   fi
   while group_alive "$pid" && ((SECONDS < deadline)); do sleep 0.2; done

@@ -31,6 +31,7 @@ const AGENT_JOIN_WAIT_MS = 20_000; // no agent since Join: say what to do (the s
 const AGENT_RETURN_WAIT_MS = 30_000; // the agent was lost and none came back (the worker restarts in ~15-25 s)
 const AUDIO_SILENT_MS = 400; // "speaking" but no packet of its audio for this long: shown as silent
 const SILENT_NOTICE_MS = 2_000; // silent mid-reply this long, with no other explanation: the page says so
+const RESUMED_NOTICE_MS = 5_000; // "nothing was lost" is news for this long
 const AUDIO_POLL_MS = 150;
 const CALLER_ATTRIBUTE = "voice_agent.caller"; // whom the agent talks with (agent/callers.py)
 const TEXT = {
@@ -77,6 +78,7 @@ const call = {
   gate: null, // the agent's PlaybackGate while its track is subscribed
   cuts: [], // Unix ms at which each cut notice from the agent arrived
   agentPeakDb: -Infinity, // the loudest 10 ms of the agent heard in this call (after the gate)
+  levels: { mic: 0, agent: 0 }, // level events metered so far (each 10 ms window), for the tests and the console
   log: [],
   agent: null, // AgentWatch while in a call
 };
@@ -167,6 +169,9 @@ class AgentWatch {
     showAgentParts(p.attributes);
     this.callerChanged(p.attributes[CALLER_ATTRIBUTE]);
     if (wasLost) notice("info", same ? TEXT.resumed : TEXT.back);
+    if (same) {
+      setTimeout(() => { if ($("notice").textContent === TEXT.resumed) notice("info", ""); }, RESUMED_NOTICE_MS);
+    }
     else if ([TEXT.waiting, TEXT.joinTimeout].includes($("notice").textContent)) notice("info", "");
   }
 
@@ -347,6 +352,7 @@ async function connectRoom(room, grant) {
 }
 
 function onMicLevel(db, t) {
+  call.levels.mic += 1;
   renderLevel("mic-meter", db);
   const ev = call.vad.update(db, t);
   if (!ev) return;
@@ -357,6 +363,7 @@ function onMicLevel(db, t) {
 }
 
 function onAgentLevel(db, t) {
+  call.levels.agent += 1;
   renderLevel("agent-meter", db);
   if (db > call.agentPeakDb) call.agentPeakDb = db;
   const ev = call.agentAudio.update(db, t);

@@ -27,7 +27,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -92,11 +91,44 @@ def livekit_binary() -> str:
     pytest.fail(f"livekit-server {LIVEKIT_VERSION} not found: run scripts/setup.sh or set LIVEKIT_BIN")
 
 
-@dataclass
 class LiveKit:
-    url: str
-    api_key: str
-    api_secret: str
+    """LiveKit's own server on loopback (scripts/local/livekit.yaml, free ports), as the local stack runs it;
+    `restart()` stops it as `start_all.sh restart livekit` does (SIGTERM, SIGKILL after a 2 s drain) and starts
+    it again on the same ports."""
+
+    def __init__(self, log: Path) -> None:
+        self.api_key, self.api_secret = "pagetest", "page-test-secret-" + "k" * 24
+        self.port, self.tcp, self.udp = closed_port(), closed_port(), closed_port()
+        self.url = f"ws://127.0.0.1:{self.port}"
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("a") as out:
+            self.proc = subprocess.Popen(
+                [livekit_binary(), "--config", str(ROOT / "scripts/local/livekit.yaml"), "--port", str(self.port),
+                 "--rtc.tcp_port", str(self.tcp), "--rtc.port_range_start", str(self.udp),
+                 "--rtc.port_range_end", str(self.udp + 20)],
+                env={**os.environ, "LIVEKIT_KEYS": f"{self.api_key}: {self.api_secret}"}, stdout=out,
+                stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while not port_open(self.port):
+            assert self.proc.poll() is None and time.monotonic() < deadline, self.log.read_text()[-3000:]
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        assert self.proc is not None
+        self.proc.terminate()  # LiveKit drains: it waits for every participant to leave ...
+        try:
+            self.proc.wait(2)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()  # ... so after 2 s it is killed, and everyone reconnects to the next one
+            self.proc.wait(10)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
 
     def identities(self, room: str) -> list[str]:
         """Who is in `room` now, as LiveKit's RoomService lists them (from a thread of its own: Playwright's sync
@@ -117,26 +149,10 @@ class LiveKit:
 
 @pytest.fixture(scope="module")
 def livekit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveKit]:
-    """LiveKit's own server on loopback (scripts/local/livekit.yaml, free ports), as the local stack runs it."""
-    key, secret = "pagetest", "page-test-secret-" + "k" * 24
-    port, tcp = closed_port(), closed_port()
-    udp = closed_port()  # a start for a small UDP range; LiveKit fails loudly if it is taken
-    log = tmp_path_factory.mktemp("livekit") / "livekit.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [livekit_binary(), "--config", str(ROOT / "scripts/local/livekit.yaml"), "--port", str(port),
-             "--rtc.tcp_port", str(tcp), "--rtc.port_range_start", str(udp), "--rtc.port_range_end", str(udp + 20)],
-            env={**os.environ, "LIVEKIT_KEYS": f"{key}: {secret}"}, stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 30
-        while "starting LiveKit server" not in log.read_text() or not port_open(port):
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.2)
-        yield LiveKit(f"ws://127.0.0.1:{port}", key, secret)
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    server = LiveKit(tmp_path_factory.mktemp("livekit") / "livekit.log")
+    server.start()
+    yield server
+    server.stop()
 
 
 def port_open(port: int) -> bool:
@@ -388,5 +404,39 @@ def test_an_agent_back_after_a_loss_gets_a_notice_true_to_what_was_lost(stack_pa
         assert ("nothing was lost" in text) == same_agent and ("repeat" in text) != same_agent, text
         agent.set_attributes(**{"lk.agent.state": "thinking"})  # it answers again: the notice has done its job
         page.wait_for_function(f"() => ({NOTICE_JS})() === ''")
+    finally:
+        agent.close()
+
+
+def test_after_a_livekit_restart_the_call_goes_on_with_meters_and_transcript(stack_page, livekit) -> None:
+    """LiveKit restarted mid-call (as `start_all.sh restart livekit`): the page and the agent reconnect to the new
+    server; the meters that feed the latency table go on, transcript lines still show, and no notice claims
+    anything was lost."""
+    context, base = stack_page
+    room = f"lk-restart-{secrets.token_hex(3)}"
+    page = joined_page(context, base, room)
+    agent = FakeAgent(livekit, room)
+    try:
+        agent.set_attributes(**{"lk.agent.state": "speaking"})
+        page.wait_for_function("() => window.voiceCall.agent?.shown === 'speaking'")
+        livekit.restart()
+        page.wait_for_function("() => window.voiceCall.room?.state === 'connected' && "
+                               "window.voiceCall.agent?.presence === 'present'", timeout=60_000)  # fmt: skip
+        agent.set_attributes(**{"lk.agent.state": "speaking"})
+        before = page.evaluate("() => ({ ...window.voiceCall.levels })")
+        time.sleep(1.0)
+        after = page.evaluate("() => ({ ...window.voiceCall.levels })")
+        history = page.evaluate("() => window.voiceCall.agent.history.map((h) => h.shown ?? h.notice)")
+        print({"before": before, "after": after, "notice": page.evaluate(NOTICE_JS), "history": history})
+        assert after["mic"] - before["mic"] > 50 and after["agent"] - before["agent"] > 50, (before, after)
+        assert "reconnecting" in history  # the agent was gone for a moment ...
+        assert page.evaluate(NOTICE_JS) in ("The agent is back; nothing was lost.", "")  # ... and is the same one
+        page.wait_for_function(f"() => ({NOTICE_JS})() === ''", timeout=10_000)  # news only for a few seconds
+        page.wait_for_function("() => window.voiceCall.agent?.shown === 'speaking'")
+        agent.say_as(agent.identity, "SG_after_restart", "Still here.")
+        first_line = page.locator("#transcript p.line", has_text="Still here.")
+        first_line.wait_for()
+        assert first_line.locator(".who").inner_text() == "Agent"
+        assert "lost what was said" not in page.evaluate(NOTICE_JS)
     finally:
         agent.close()

@@ -303,7 +303,8 @@ async def test_restart_livekit_mid_call_says_why_it_drains_and_takes_seconds_not
 ) -> None:
     """Issue 43: `restart livekit` with a call in progress waited STOP_TIMEOUT (20 s) and then SIGKILLed LiveKit
     (22.6 s): LiveKit drains on SIGTERM, waiting for every participant to leave, and a caller does not. Now stop
-    says so and sends the second SIGTERM after LIVEKIT_DRAIN_S, on which LiveKit closes its rooms and exits."""
+    says so and kills it after LIVEKIT_DRAIN_S; the participant reconnects to the new server with its session (a
+    second SIGTERM would have told it to leave: its call would have ended)."""
     import asyncio
 
     from livekit import api, rtc
@@ -330,15 +331,26 @@ async def test_restart_livekit_mid_call_says_why_it_drains_and_takes_seconds_not
         token = (api.AccessToken(env["LIVEKIT_API_KEY"], env["LIVEKIT_API_SECRET"]).with_identity("caller")
                  .with_grants(api.VideoGrants(room_join=True, room="mid-call")).to_jwt())  # fmt: skip
         await room.connect(f"ws://127.0.0.1:{env['LIVEKIT_PORT']}", token)  # a caller in a call
+        sid = room.local_participant.sid
+        events: list[str] = []
+        for event in ("disconnected", "reconnected"):
+            room.on(event, lambda *_args, event=event: events.append(event))
         started = time.monotonic()
         rc, out = await start_all("restart", "livekit")
         took = time.monotonic() - started
+        deadline = time.monotonic() + 20
+        while "reconnected" not in events and "disconnected" not in events:
+            assert time.monotonic() < deadline, events
+            await asyncio.sleep(0.1)
+        assert events == ["reconnected"] and room.isconnected(), events  # the same Room object, never left
+        assert room.local_participant.identity == "caller" and sid
     finally:
         await room.disconnect()
         await start_all("stop")
     assert rc == 0, out
     assert "livekit: still draining after 2s: LiveKit waits for every participant to leave its rooms" in out, out
-    assert "SIGKILL" not in out, out
+    assert "Killing it (SIGKILL): callers and agents reconnect to the next server" in out, out
+    assert "still running after 20s" not in out, out  # not the STOP_TIMEOUT path
     stopped = float(out.split("livekit: stopped after ")[1].split("s")[0])
     print(f"livekit stopped after {stopped}s; restart took {took:.1f}s")
     assert 2.0 <= stopped < 5.0, out
