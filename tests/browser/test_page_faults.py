@@ -161,10 +161,11 @@ def port_open(port: int) -> bool:
 
 
 @pytest.fixture
-def stack_page(browser, livekit: LiveKit) -> Iterator[tuple[object, str]]:
+def stack_page(browser, livekit: LiveKit, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[object, str]]:
     """A token server for `livekit` (its agent guard off: no worker here) and a page context on it."""
+    monkeypatch.setenv("AGENT_GUARD", "0")  # the guard reads its settings from the environment
     config = ServerConfig.from_env({"LIVEKIT_URL": livekit.url, "LIVEKIT_API_KEY": livekit.api_key,
-                                    "LIVEKIT_API_SECRET": livekit.api_secret, "AGENT_GUARD": "0"})  # fmt: skip
+                                    "LIVEKIT_API_SECRET": livekit.api_secret})  # fmt: skip
     server = ServerThread(config)
     server.start()
     base = f"http://127.0.0.1:{server.port}"
