@@ -10,8 +10,13 @@ its person whether the agent is theirs (web/app.js):
   while the old connection lingers);
 - the linked caller leaves: the caller who has waited longest is linked; if none is left, `on_empty` is called
   once no caller has joined for `CALLER_GONE_END_S` (the worker ends the job: its call slot is free at once,
-  instead of when LiveKit closes the room, 5-20 s later). A caller who joins within that time (a page reloaded:
-  Leave, then Join) is linked and the call goes on.
+  instead of when LiveKit closes the room, 5-20 s later). A caller who joins within that time is linked and the
+  call goes on. Only while the agent's own connection is up: when LiveKit restarts, the agent's SDK reconnects
+  and reports every caller gone meanwhile, and they come back after it, each on its SDK's own back-off
+  (livekit-client retries after 0.3, 1.2, 2.7, 4.8, 7 s); so once the agent is reconnected its callers get
+  `CALLER_RECONNECT_WAIT_S` to come back (found by tests/call/test_livekit_restart.py: the call was ended
+  mid-restart, then 1 s after the agent was back, before the page was). An agent that arrives to a room
+  without a caller waits for LiveKit to close it, as before.
 A caller is a remote participant of a kind LiveKit's room input accepts (standard, SIP, connector); agents are
 not callers. The session's room options turn LiveKit's own close-on-disconnect off (`agent.voice.room_options`).
 
@@ -69,24 +74,30 @@ def is_caller(participant: rtc.RemoteParticipant) -> bool:
     return participant.kind in CALLER_KINDS
 
 
+CONNECTED = rtc.ConnectionState.CONN_CONNECTED
 CALLER_ATTRIBUTE = "voice_agent.caller"
-#: with no caller left, the call ends this long after the last one left (a reload's new Join comes within it)
+#: with no caller left, the call ends this long after the last one left
 CALLER_GONE_END_S = 1.0
+#: after the agent's own reconnection (LiveKit restarted), how long its callers have to come back
+CALLER_RECONNECT_WAIT_S = 10.0
 
 
 class CallerFollower:
     """Links `room_io` (the session's `RoomIO`) to one caller; see the module docstring."""
 
     def __init__(self, room: rtc.Room, room_io: Any, *, on_empty: Callable[[], None] | None = None,
-                 end_after_s: float = CALLER_GONE_END_S) -> None:  # fmt: skip
+                 end_after_s: float = CALLER_GONE_END_S,
+                 reconnect_wait_s: float = CALLER_RECONNECT_WAIT_S) -> None:  # fmt: skip
         self.room, self.room_io = room, room_io
-        self.on_empty, self.end_after_s = on_empty, end_after_s
+        self.on_empty, self.end_after_s, self.reconnect_wait_s = on_empty, end_after_s, reconnect_wait_s
         self.waiting: list[str] = []  # callers in the room, in the order they joined (the linked one included)
         self.linked: str | None = None
         self._end_timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._had_caller = False  # the call ends after its last caller only once it had one
         room.on("participant_connected", self._on_joined)
         room.on("participant_disconnected", self._on_left)
+        room.on("reconnected", self._on_reconnected)
         _followers.add(self)
         for participant in room.remote_participants.values():
             self._on_joined(participant)
@@ -100,22 +111,43 @@ class CallerFollower:
         self.linked = identity
         self._publish(identity or "")
         if identity is not None:
+            self._had_caller = True
             self.room_io.set_participant(identity)
             others = [i for i in self.waiting if i != identity]
             logger.info("room %s: listening to %s%s", self.room.name, identity,
                         f" ({len(others)} other caller(s) wait)" if others else "")  # fmt: skip
-        elif self.on_empty is not None:
+        elif self.on_empty is not None and self._had_caller:
             logger.info("room %s: no caller left; the call ends in %.1fs unless one joins", self.room.name,
                         self.end_after_s)  # fmt: skip
-            self._end_timer = asyncio.get_running_loop().call_later(self.end_after_s, self._end)
+            self._arm_end()
         else:
             logger.info("room %s: no caller left; waiting for the next until the room closes", self.room.name)
 
-    def _end(self) -> None:
+    def _arm_end(self, after_s: float | None = None) -> None:
+        if self._end_timer is not None:
+            self._end_timer.cancel()
+        wait_s = self.end_after_s if after_s is None else after_s
+        self._end_timer = asyncio.get_running_loop().call_later(wait_s, self._end, wait_s)
+
+    def _connected(self) -> bool:
+        return getattr(self.room, "connection_state", CONNECTED) == CONNECTED
+
+    def _end(self, waited_s: float) -> None:
         self._end_timer = None
-        if self.linked is None and self.on_empty is not None:
-            logger.info("room %s: no caller for %.1fs: ending the call", self.room.name, self.end_after_s)
-            self.on_empty()
+        if self.linked is not None or self.on_empty is None:
+            return
+        if not self._connected():  # the agent's own connection is down: its callers' departures are not news
+            logger.info("room %s: no caller, but the agent is reconnecting to LiveKit: the call waits",
+                        self.room.name)  # fmt: skip
+            return  # _on_reconnected starts the wait again
+        logger.info("room %s: no caller for %.1fs: ending the call", self.room.name, waited_s)
+        self.on_empty()
+
+    def _on_reconnected(self, *_args: Any) -> None:
+        if self.linked is None and self.on_empty is not None and self._had_caller:
+            logger.info("room %s: reconnected with no caller here yet; the call ends in %.1fs unless one comes back",
+                        self.room.name, self.reconnect_wait_s)  # fmt: skip
+            self._arm_end(self.reconnect_wait_s)
 
     def _publish(self, identity: str) -> None:
         local = getattr(self.room, "local_participant", None)

@@ -28,6 +28,7 @@ class FakeRoom(rtc.EventEmitter):
     def __init__(self, *identities: str) -> None:
         super().__init__()
         self.name = "room"
+        self.connection_state = rtc.ConnectionState.CONN_CONNECTED
         self.remote_participants = {i: person(i) for i in identities}
         self.local_participant = FakeLocal()
 
@@ -37,6 +38,19 @@ class FakeRoom(rtc.EventEmitter):
 
     def leave(self, identity: str) -> None:
         self.emit("participant_disconnected", self.remote_participants.pop(identity))
+
+    def reconnecting(self) -> None:
+        """LiveKit restarted: the SDK reconnects and reports every remote participant gone meanwhile."""
+        self.connection_state = rtc.ConnectionState.CONN_RECONNECTING
+        self.emit("reconnecting")
+        for identity in list(self.remote_participants):
+            self.leave(identity)
+
+    def reconnected(self, *identities: str) -> None:
+        self.connection_state = rtc.ConnectionState.CONN_CONNECTED
+        self.emit("reconnected")
+        for identity in identities:
+            self.join(identity)
 
 
 class FakeRoomIO:
@@ -51,11 +65,13 @@ def person(identity: str, kind: int = STANDARD, name: str = "") -> SimpleNamespa
     return SimpleNamespace(identity=identity, kind=kind, name=name)
 
 
-def follower(*identities: str, end_after_s: float = 0.2) -> tuple[FakeRoom, FakeRoomIO, list[float]]:
+def follower(*identities: str, end_after_s: float = 0.2,
+             reconnect_wait_s: float = 0.5) -> tuple[FakeRoom, FakeRoomIO, list[float]]:  # fmt: skip
     """The room, what the session was linked to, and when the call was ended (loop time)."""
     room, room_io, ended = FakeRoom(*identities), FakeRoomIO(), []
     loop = asyncio.get_running_loop()
-    CallerFollower(room, room_io, on_empty=lambda: ended.append(loop.time()), end_after_s=end_after_s)  # type: ignore[arg-type]
+    CallerFollower(room, room_io, on_empty=lambda: ended.append(loop.time()),  # type: ignore[arg-type]
+                   end_after_s=end_after_s, reconnect_wait_s=reconnect_wait_s)  # fmt: skip
     return room, room_io, ended
 
 
@@ -99,6 +115,37 @@ async def test_the_call_ends_soon_after_its_last_caller_unless_one_joins() -> No
     assert len(ended) == 1 and 0.2 <= ended[0] - left_at < 0.3, (ended, left_at)
     await asyncio.sleep(0)
     assert room.local_participant.published[-1] == ""
+
+
+async def test_a_livekit_restart_does_not_end_the_call() -> None:
+    """Seen on the whole stack: LiveKit restarted, the agent's SDK reported the caller gone while it reconnected,
+    and the call was ended 1 s later, mid-restart. The wait counts only while the agent is connected."""
+    room, room_io, ended = follower("alice", end_after_s=0.2, reconnect_wait_s=0.5)
+    loop = asyncio.get_running_loop()
+    room.reconnecting()
+    await asyncio.sleep(0.4)  # longer than the wait: still reconnecting
+    assert ended == []
+    room.reconnected()  # back on the new server; she comes back on her SDK's back-off, later
+    await asyncio.sleep(0.3)  # longer than end_after_s, within reconnect_wait_s
+    room.join("alice")
+    await asyncio.sleep(0.4)
+    assert ended == [] and room_io.links == ["alice", "alice"]
+    room.reconnecting()
+    room.reconnected()  # back, and she never is: the call ends after reconnect_wait_s
+    back_at = loop.time()
+    await asyncio.sleep(0.7)
+    assert len(ended) == 1 and 0.5 <= ended[0] - back_at < 0.6, (ended, back_at)
+
+
+async def test_an_agent_that_finds_no_caller_waits_for_the_room_to_close() -> None:
+    """A caller who left before the agent joined: nothing to end; LiveKit closes the empty room as before."""
+    room, room_io, ended = follower(end_after_s=0.1)
+    await asyncio.sleep(0.3)
+    assert ended == [] and room_io.links == []
+    room.join("bob")
+    room.leave("bob")
+    await asyncio.sleep(0.3)
+    assert len(ended) == 1
 
 
 async def test_the_sdks_data_channel_error_is_info_only_while_a_room_waits_to_close() -> None:
