@@ -168,11 +168,14 @@ class AgentWatch {
     this.setState(p.attributes[AGENT_STATE] ?? "initializing");
     showAgentParts(p.attributes);
     this.callerChanged(p.attributes[CALLER_ATTRIBUTE]);
-    if (wasLost) notice("info", same ? TEXT.resumed : TEXT.back);
-    if (same) {
-      setTimeout(() => { if ($("notice").textContent === TEXT.resumed) notice("info", ""); }, RESUMED_NOTICE_MS);
+    if (wasLost) {
+      notice("info", same ? TEXT.resumed : TEXT.back);
+      if (same) {
+        setTimeout(() => { if ($("notice").textContent === TEXT.resumed) notice("info", ""); }, RESUMED_NOTICE_MS);
+      }
+    } else if ([TEXT.waiting, TEXT.joinTimeout].includes($("notice").textContent)) {
+      notice("info", "");
     }
-    else if ([TEXT.waiting, TEXT.joinTimeout].includes($("notice").textContent)) notice("info", "");
   }
 
   // The agent says whom it talks with (agent/callers.py): another person here, or this page's.
