@@ -145,6 +145,7 @@ class AgentWatch {
     this.state = null;
     this.shown = null;
     this.history = [];
+    this.notices = []; // each notice AgentWatch raised by itself, with its Unix ms time, for the browser tests
     this.packets = 0;
     this.lastAudioAt = 0;
     this.timer = null;
@@ -201,8 +202,9 @@ class AgentWatch {
 
   setState(state) {
     if (state === "speaking" && this.state !== "speaking") this.lastAudioAt = performance.now(); // its audio is due
-    // a notice about what was lost is true until the conversation goes on: the agent answers again
-    if (["thinking", "speaking"].includes(state) && [TEXT.back, TEXT.resumed].includes($("notice").textContent)) {
+    // a notice about what was lost is true until the conversation goes on: the agent thinks about a new question
+    // (not "speaking": a new agent's first words are its own "I was cut off" line, before anything was repeated)
+    if (state === "thinking" && [TEXT.back, TEXT.resumed].includes($("notice").textContent)) {
       notice("info", "");
     }
     this.state = state;
@@ -242,7 +244,7 @@ class AgentWatch {
     const unexplained = shown === "silent" && this.room.state === "connected" && silentMs >= SILENT_NOTICE_MS;
     if (unexplained && !this.stalledNotice) {
       this.stalledNotice = true;
-      this.history.push({ at: performance.timeOrigin + performance.now(), notice: "stalled" });
+      this.notices.push({ at: performance.timeOrigin + performance.now(), notice: "stalled" });
       notice("warn", TEXT.stalled);
     } else if (!unexplained && this.stalledNotice && shown !== "silent") {
       this.stalledNotice = false;

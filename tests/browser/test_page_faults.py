@@ -337,10 +337,12 @@ def test_an_agent_silent_mid_reply_gets_a_notice_that_goes_when_it_speaks_again(
         agent.freeze()  # its process stopped: no packets, its state still "speaking"
         text = wait_notice(page, "The agent stopped mid-reply")
         history = page.evaluate("() => window.voiceCall.agent.history")
-        silent_at = next(h["at"] for h in history if h.get("shown") == "silent" and h["at"] > stopped)
-        noticed_at = next(h["at"] for h in history if h.get("notice") == "stalled")
+        silent_at = next(h["at"] for h in history if h["shown"] == "silent" and h["at"] > stopped)
+        noticed_at = next(n["at"] for n in page.evaluate("() => window.voiceCall.agent.notices")
+                          if n["notice"] == "stalled")  # fmt: skip
         print(f"silent after {silent_at - stopped:.0f} ms, notice after {noticed_at - stopped:.0f} ms")
-        assert 2000 <= noticed_at - stopped <= 3500, (noticed_at - stopped, history)
+        # 2 s of silence counted from its last packet, which the page got up to a poll (150 ms) before `stopped`
+        assert 1800 <= noticed_at - stopped <= 3500, (noticed_at - stopped, history)
         assert "no sound from it for 2 s" in text
         agent.thaw()
         page.wait_for_function("() => window.voiceCall.agent?.shown === 'speaking'")
@@ -427,7 +429,7 @@ def test_after_a_livekit_restart_the_call_goes_on_with_meters_and_transcript(sta
         before = page.evaluate("() => ({ ...window.voiceCall.levels })")
         time.sleep(1.0)
         after = page.evaluate("() => ({ ...window.voiceCall.levels })")
-        history = page.evaluate("() => window.voiceCall.agent.history.map((h) => h.shown ?? h.notice)")
+        history = page.evaluate("() => window.voiceCall.agent.history.map((h) => h.shown)")
         print({"before": before, "after": after, "notice": page.evaluate(NOTICE_JS), "history": history})
         assert after["mic"] - before["mic"] > 50 and after["agent"] - before["agent"] > 50, (before, after)
         assert "reconnecting" in history  # the agent was gone for a moment ...

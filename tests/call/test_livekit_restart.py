@@ -42,7 +42,7 @@ def test_a_livekit_restart_mid_call_keeps_the_call_measured_and_transcribed(
         notice = call.snapshot()["notice"]
         call.wait_for(TURNS_JS, 180, arg=turns)  # the latency table goes on
         call.wait_for(LINES_JS, 60, arg=lines)  # and so does the transcript
-        history = call.page.evaluate("() => window.voiceCall.agent.history.map((h) => h.shown ?? h.notice)")
+        history = call.page.evaluate("() => window.voiceCall.agent.history.map((h) => h.shown)")
         problems = list(call.problems)
     print(f"restart took {restarted_s:.1f}s; agent {agent} -> {back}; notice {notice!r}; states {history}")
     assert "livekit: still draining after" in result.stdout and restarted_s < 15, result.stdout
