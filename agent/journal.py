@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.tracing import Outcome, TraceCollector, TurnTrace, append_record, publish
+from agent.tracing import WRITES, Outcome, TraceCollector, TurnTrace, append_record, publish
 
 logger = logging.getLogger("agent.journal")
 
@@ -122,7 +122,9 @@ class CallJournal:
                 tmp.write_text(json.dumps(data, separators=(",", ":")), encoding="utf-8")
                 os.replace(tmp, self.path)
             except OSError as exc:  # a full disk must not end a call; recovery then knows less
-                logger.warning("cannot write the call journal %s: %s", self.path, exc)
+                WRITES.failed(self.path, "the call journal", exc)  # warned once a minute, counted for health
+            else:
+                WRITES.written(self.path)
 
     def close(self) -> None:
         with self._lock:

@@ -36,6 +36,12 @@ when the caller goes on after a pause; the activity's `_cancel_preemptive_genera
 drops it the moment they go on, so no LLM and TTS work is spent on half a sentence and the turn, once committed, is
 answered afresh. Where the names are gone, a warning once and nothing: the framework drops it at the next transcript.
 
+One addition for agent/worker.py, `add_worker_route(server, path, handler)`: a GET route on the worker's health
+server (`AgentServer._http_server`, a `livekit.agents.utils.http_server.HttpServer` serving GET / and /worker on
+`AGENT_HTTP_PORT`). `AgentServer.run()` creates that server and starts it at once, and aiohttp takes no route once
+started, so `HttpServer.start` is wrapped (once per process) to add the routes asked for that server first.
+Where the names are gone, False with a warning, and the route is not served.
+
 One fix, `close_runners_cancelled_in_prewarm()` (`agent.worker.build_server` applies it): with the THREAD executor,
 closing the worker while a runner is still in prewarm (the pool starts a replacement each time a call takes
 the idle one, and prewarm loads Silero and Whisper, seconds on a busy CPU) hangs forever. The pool cancels
@@ -52,6 +58,7 @@ import asyncio
 import contextvars
 import inspect
 import logging
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -67,6 +74,7 @@ RUNNER_INIT_FUT = "ThreadJobExecutor._initialize_fut"
 SILERO_MODEL = "silero.VAD._onnx_session/_opts/_streams"
 SESSION_ROOM_IO = "AgentSession._room_io"
 DROP_PREEMPTIVE = "AgentSession._activity._cancel_preemptive_generation"
+HTTP_APP = "AgentServer._http_server (utils.http_server.HttpServer.app/start)"
 
 _MISSING = object()
 _warned: set[str] = set()
@@ -158,7 +166,45 @@ def missing_internals() -> list[str]:
         missing.append(SESSION_ROOM_IO)
     if not _activity_drops_preemptive():
         missing.append(DROP_PREEMPTIVE)
+    if not _server_keeps_http_app():
+        missing.append(HTTP_APP)
     return missing
+
+
+def _server_keeps_http_app() -> bool:
+    from livekit.agents import AgentServer
+    from livekit.agents.utils.http_server import HttpServer
+
+    run = inspect.unwrap(AgentServer.run)
+    return "_http_server" in run.__code__.co_names and callable(getattr(HttpServer, "start", None)) and \
+        isinstance(getattr(HttpServer, "app", None), property)  # fmt: skip
+
+
+_routes: weakref.WeakKeyDictionary[Any, list[tuple[str, Callable[..., Any]]]] = weakref.WeakKeyDictionary()
+
+
+def add_worker_route(server: Any, path: str, handler: Callable[..., Any]) -> bool:
+    """Serve GET `path` with `handler` on `server`'s health server once it starts (see the module docstring)."""
+    from livekit.agents.utils.http_server import HttpServer
+
+    if not _server_keeps_http_app():
+        _warn_once(HTTP_APP)
+        return False
+    _routes.setdefault(server, []).append((path, handler))
+    start = HttpServer.start
+    if not getattr(start, "_adds_worker_routes", False):
+
+        async def start_with_routes(self: Any) -> None:
+            app: Any = getattr(self, "app", None)  # the aiohttp application (_server_keeps_http_app checked it)
+            for owner, routes in list(_routes.items()):
+                if app is not None and getattr(owner, "_http_server", None) is self:
+                    for route_path, route_handler in routes:
+                        app.router.add_get(route_path, route_handler)
+            await start(self)
+
+        start_with_routes._adds_worker_routes = True  # type: ignore[attr-defined]  # a marker read back above
+        HttpServer.start = start_with_routes  # type: ignore[method-assign]  # the pinned patch (module docstring)
+    return True
 
 
 def _activity_drops_preemptive() -> bool:

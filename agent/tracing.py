@@ -13,15 +13,24 @@ Contract (schema in traces/README.md, `schema: 2`):
 - `Outcome` is the turn's lifecycle end, one enum; its value is the JSON string.
 - `TraceCollector.finish(turn)` appends the record to `<traces_dir>/<UTC date>.jsonl` (one lock per process,
   since THREAD-executor sessions share the file), keeps it in memory for the simulator, and hands it to `sinks`.
+- A write that fails (a full disk, a folder made read-only) never ends a call. Every writer under the traces
+  folder (this module, agent/journal.py) reports to `WRITES`, the process's `WriteHealth`: it warns once per file
+  per `WRITE_WARN_INTERVAL_S` (the warning says how many writes failed since the last one), logs once when that
+  file is written again, and gives the worker's health endpoint its `snapshot()` (agent/worker.py).
+- `check_traces_dir(path)` is the start-up check: the problems with the folder (missing and not creatable, not
+  writable, less than `TRACES_MIN_FREE_BYTES` free), one sentence each; the worker logs them as warnings.
 Nothing here knows LiveKit.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import enum
 import json
 import logging
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -391,4 +400,97 @@ def append_record(traces_dir: Path, record: dict[str, Any]) -> None:
             with path.open("a", encoding="utf-8") as fh:
                 fh.write(line)
     except OSError as exc:  # a full disk must not end a call
-        logger.warning("cannot write trace %s to %s: %s", record["turn_id"], path, exc)
+        WRITES.failed(path, f"trace {record.get('turn_id')}", exc)
+    else:
+        WRITES.written(path)
+
+
+#: a file whose writes keep failing is warned about at most once per this many seconds
+WRITE_WARN_INTERVAL_S = 60.0
+#: the start-up check warns when the traces folder's file system has less free space than this
+TRACES_MIN_FREE_BYTES = 100 * 2**20
+
+
+@dataclass
+class _FileFailures:
+    failed: int = 0  # writes that failed since the last successful one
+    total: int = 0  # all failed writes to this file since the process started
+    unwarned: int = 0  # failures since the last warning
+    warned_at: float | None = None  # monotonic time of the last warning
+    last_error: str = ""
+    last_failed_wall: float = 0.0
+
+
+class WriteHealth:
+    """Failed writes under the traces folder, per file (see the module docstring). Thread-safe: THREAD-executor
+    calls share it. `clock` is monotonic seconds (tests give their own)."""
+
+    def __init__(self, interval_s: float = WRITE_WARN_INTERVAL_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval_s = interval_s
+        self.clock = clock
+        self._files: dict[str, _FileFailures] = {}
+        self._lock = threading.Lock()
+
+    def failed(self, path: str | Path, what: str, exc: BaseException) -> None:
+        """A write of `what` to `path` failed with `exc`: count it; warn if this file was not warned about lately."""
+        now = self.clock()
+        with self._lock:
+            f = self._files.setdefault(str(path), _FileFailures())
+            f.failed += 1
+            f.total += 1
+            f.unwarned += 1
+            f.last_error, f.last_failed_wall = f"{type(exc).__name__}: {exc}", time.time()
+            due = f.warned_at is None or now - f.warned_at >= self.interval_s
+            if due:
+                count, f.unwarned, f.warned_at = f.unwarned, 0, now
+        if due:
+            earlier = f" (and {count - 1} earlier write(s) to it since the last warning)" if count > 1 else ""
+            logger.warning("cannot write %s to %s: %s%s; the call goes on without it; warned at most once every "
+                           "%.0f s per file", what, path, exc, earlier, self.interval_s)  # fmt: skip
+
+    def written(self, path: str | Path) -> None:
+        """A write to `path` succeeded: after failures, say once that it is written again."""
+        with self._lock:
+            f = self._files.get(str(path))
+            if f is None or f.failed == 0:
+                return
+            lost, f.failed, f.unwarned, f.warned_at = f.failed, 0, 0, None
+        logger.info("%s is written again (%d write(s) to it failed before)", path, lost)
+
+    def snapshot(self) -> dict[str, Any]:
+        """For the health endpoint: `ok` while no file's last write failed; `not_written` counts failed writes since
+        the process started; `failing` the files whose last write failed, with their error."""
+        with self._lock:
+            files = {p: dataclasses.replace(f) for p, f in self._files.items()}
+        failing = {
+            p: {"failed_writes": f.failed, "last_error": f.last_error, "last_failed": round(f.last_failed_wall, 3)}
+            for p, f in files.items()
+            if f.failed
+        }
+        return {"ok": not failing, "not_written": sum(f.total for f in files.values()), "failing": failing}
+
+
+WRITES = WriteHealth()
+
+
+def check_traces_dir(path: str | Path, min_free_bytes: int = TRACES_MIN_FREE_BYTES) -> list[str]:
+    """What is wrong with the traces folder for writing, one sentence per problem (empty: nothing). The folder is
+    created when missing (as the first write would)."""
+    folder = Path(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return [f"TRACES_DIR={path}: cannot create the traces folder ({exc}); no trace or call journal is written"]
+    problems = []
+    try:  # a real write, not os.access: root passes that on a read-only file system
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-check-") as probe:
+            probe.write(b"x")
+            probe.flush()
+    except OSError as exc:
+        problems.append(f"TRACES_DIR={path}: cannot write in the traces folder ({exc}); no trace or call journal "
+                        "is written")  # fmt: skip
+    free = shutil.disk_usage(folder).free
+    if free < min_free_bytes:
+        problems.append(f"TRACES_DIR={path}: only {free / 2**20:.1f} MiB free on its file system (warned below "
+                        f"{min_free_bytes / 2**20:.0f} MiB); traces stop when it is full")  # fmt: skip
+    return problems

@@ -21,14 +21,22 @@ the LiveKit CLI's `lk agent dev|start agent/app.py` runs the same). No deprecate
   `python -m tts_engine serve` (for deployments that put TTS on its own GPU).
 - Each job: connect (audio only); leave at once, without a word, if another agent of ours joined the room
   first (a room dispatched twice: `agent.one_agent`); else build `agent.voice.Call` with our audio output
-  publishing its own track, start the AgentSession on the room, follow the newest caller in it
-  (`agent.callers`; the job ends when LiveKit closes the room), write traces to `TRACES_DIR`, and keep the
+  publishing its own track, start the AgentSession on the room, keep talking with its caller while others wait
+  (`agent.callers`; the job ends a second after the last caller left, freeing its call slot), write traces to
+  `TRACES_DIR`, and keep the
   call's open turns in its journal (`agent.journal`), so a worker that dies leaves its turns closed as
   `worker_lost` by whoever recovers it.
 - A job that the token server's agent guard dispatched to replace a lost agent (its metadata says why:
   `token_server/agent_guard.py`) first tells the caller so, in one short sentence.
 - At start-up the worker recovers the calls of workers that died on this machine with no supervisor watching
-  (`agent.recovery`).
+  (`agent.recovery`), and warns when the traces folder (`TRACES_DIR`) is not writable or nearly full
+  (`agent.tracing.check_traces_dir`): calls still work then, without their traces.
+- `GET /health` on the worker's health server (`AGENT_HTTP_PORT`, beside LiveKit's own `/` and `/worker`): JSON
+  with `status` ("ok", or "degraded" while traces are not being written or a loop stalled in the last
+  `HEALTH_STALL_WINDOW_S`), the calls in progress, the traces' state (`agent.tracing.WRITES`, the start-up
+  problems) and the loop stalls seen (`agent.worker_stats`); always HTTP 200: a degraded worker still serves calls.
+- Stall watchdog: the worker's own event loop gets a lag probe like each call's (agent/worker_stats.py logs a
+  stall when the loop runs again, and ends a worker whose loop stays stuck so that its supervisor restarts it).
 """
 
 from __future__ import annotations
@@ -40,9 +48,11 @@ import logging
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
+from aiohttp import web
 from livekit.agents import AgentServer, AutoSubscribe, JobContext, JobExecutorType, JobProcess
 
 # LiveKit plugins must be registered on the main thread: the modules that import them (agent.vad: Silero;
@@ -59,6 +69,7 @@ from agent.recovery import recover_dead_calls
 from agent.trace_otel import check_env as check_otel
 from agent.trace_otel import flush as flush_spans
 from agent.trace_otel import install_from_env as install_otel
+from agent.tracing import WRITES, check_traces_dir
 from agent.vad import load_vad
 from agent.voice import Call
 from common.process import tune_process
@@ -82,6 +93,10 @@ _tuned = False
 _speaks_random_weights = False  # the embedded random-weight checkpoint: the page says so
 _config: AgentConfig | None = None
 CPU_WINDOW_S = 5.0  # the load's CPU term: long enough to span a reply's bursts, short enough to see a new call
+HEALTH_PATH = "/health"
+HEALTH_STALL_WINDOW_S = 60.0  # a loop stall this recent makes /health say "degraded"
+_traces_problems: list[str] | None = None  # the start-up check's findings (None: not checked yet)
+_worker_probe: worker_stats.LoopProbe | None = None  # the worker's own loop's lag probe
 
 
 def get_backend(cfg: AgentConfig) -> TTSBackend:
@@ -160,6 +175,54 @@ def current_load(server: Any = None) -> float:
     return load
 
 
+def watch_worker_loop() -> None:
+    """Probe the worker's own event loop (LiveKit's "worker_started", emitted on it), once per process; this starts
+    the sampler, whose thread is the watchdog of every probed loop."""
+    global _worker_probe
+    cfg = worker_config()
+    stats = worker_stats.start(cfg.stats_path, _worker_state)
+    with _lock:
+        if _worker_probe is None:
+            _worker_probe = stats.watch_loop(name="worker")
+
+
+def health() -> dict[str, Any]:
+    """What `GET /health` answers (see the module docstring)."""
+    cfg = worker_config()
+    traces = {"dir": cfg.traces_dir or None, **WRITES.snapshot(), "startup_problems": list(_traces_problems or [])}
+    stats = worker_stats.running()
+    stalls = stats.stalls() if stats is not None else []
+    recent = [s for s in stalls if time.time() - s["ended"] <= HEALTH_STALL_WINDOW_S]
+    return {
+        "status": "ok" if traces["ok"] and not traces["startup_problems"] and not recent else "degraded",
+        "calls": _active_calls,
+        "traces": traces,
+        "loop_stalls": stalls,
+    }
+
+
+async def handle_health(_request: web.Request) -> web.Response:
+    return web.json_response(health())
+
+
+def add_health_route(server: AgentServer) -> bool:
+    """`GET /health` on the worker's health server; False where LiveKit's server has changed (warned)."""
+    return livekit_internals.add_worker_route(server, HEALTH_PATH, handle_health)
+
+
+def check_traces_once(cfg: AgentConfig) -> list[str]:
+    """The start-up check of the traces folder, logged once per process (the CLI and LiveKit's discovery both
+    start the worker up)."""
+    global _traces_problems
+    with _lock:
+        if _traces_problems is None:
+            _traces_problems = check_traces_dir(cfg.traces_dir) if cfg.traces_dir else []
+            for problem in _traces_problems:
+                logger.warning("%s (calls still work; GET %s on port %d reports it)", problem, HEALTH_PATH,
+                               cfg.http_port)  # fmt: skip
+        return _traces_problems
+
+
 def _worker_state() -> dict[str, int]:
     backend = _backend
     return {
@@ -219,7 +282,8 @@ async def entrypoint(ctx: JobContext) -> None:
 
     ctx.add_shutdown_callback(on_shutdown)
     await call.start(room=ctx.room)
-    follow_callers(ctx.room, call.session)  # the job ends when LiveKit closes the room (agent/callers.py)
+    # one caller at a time; the job ends CALLER_GONE_END_S after the last caller left (agent/callers.py)
+    follow_callers(ctx.room, call.session, on_empty=lambda: ctx.shutdown(reason="its caller left"))
     await ctx.room.local_participant.set_attributes(voice_attributes(cfg))
     reason = recovery_reason(ctx.job.metadata)
     if reason is not None:
@@ -298,6 +362,8 @@ def build_server(cfg: AgentConfig) -> AgentServer:
     offer is accepted only while a call slot is free, counted on the loop (agent/admission.py)."""
     livekit_internals.close_runners_cancelled_in_prewarm()  # else stopping during a runner's prewarm hangs
     server = AgentServer(**server_options(cfg))
+    add_health_route(server)
+    server.on("worker_started", watch_worker_loop)
     admission = Admission(lambda: max_sessions(cfg), lambda: server.active_jobs)
     server.rtc_session(entrypoint, agent_name=cfg.agent_name, on_request=admission)
     return server
@@ -322,6 +388,7 @@ def check_startup() -> AgentConfig:
     traceback inside LiveKit's prewarm."""
     cfg = worker_config()
     check_otel()  # a bad OTEL_EXPORTER_OTLP_PROTOCOL stops here, not in each job's prewarm
+    check_traces_once(cfg)  # warns only: a call works without its traces
     if not cfg.tts_engine_url:
         from tts_engine import EngineConfig, diagnose
 

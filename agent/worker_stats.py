@@ -11,15 +11,27 @@ load check).
 - With a path (`AGENT_STATS_PATH`) each record is appended there as one JSON line; docs/operations.md gives the
   format ("The worker's stats file"). Each line carries its own cost (`sampler_ms`).
 - `usable_cores()`: the cores this process may use (`NUM_CPUS`, else its CPU affinity capped by a cgroup quota).
+- Stall watchdog: every `LoopProbe` (each call's loop, and the worker's own loop: `watch_loop(name="worker")`) logs
+  a WARNING from its loop once the loop runs again after a stall of `STALL_LOG_S` or more (0.2 s after the stall's
+  end), saying for how long and what the loop's thread did meanwhile: it ran (something blocked the loop), the
+  whole process ran nothing (stopped: SIGSTOP, a suspended VM; or starved of CPU: `PauseClock`, a thread that
+  ticks every 0.1 s, was paused as long), or it waited while the process ran (the GIL, a lock, blocking I/O).
+  The sampler thread checks every second for a loop that is still stalled: past `STALL_RESTART_S` while the
+  process itself runs, it logs an ERROR with every thread's stack and exits with `STALL_EXIT_STATUS`, so the
+  supervisor (scripts/run_worker.sh) restarts the worker and recovers its calls. `stalls()` gives the health
+  endpoint the stalls seen (agent/worker.py).
 """
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import faulthandler
 import gc
 import json
 import logging
 import os
 import re
+import sys
 import threading
 import time
 from collections import deque
@@ -37,6 +49,11 @@ SAMPLE_PERIOD_S = 1.0
 #: so every stall of 50 ms or more, and a stall of d ms with probability d/50
 PROBE_PERIOD_S = 0.05
 LATE_LAG_MS = 20.0  # one audio frame: a loop that stalled this long sent that call's frame late
+#: a loop that ran nothing for this long is logged as stalled (the caller hears a gap of about as long)
+STALL_LOG_S = 1.0
+#: a loop still stalled after this long, in a process that runs, is not coming back: the worker exits for a restart
+STALL_RESTART_S = 30.0
+STALL_EXIT_STATUS = 70  # EX_SOFTWARE: scripts/run_worker.sh restarts a worker that exits with it
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _NUMBERED = re.compile(r"[-_]\d+")  # "Thread-7 (run)" and "asyncio_3" are one kind of thread each
@@ -63,28 +80,130 @@ def usable_cores() -> float:
     return cores
 
 
+@dataclass(frozen=True)
+class Stall:
+    """One stall of a loop, logged when the loop ran again."""
+
+    loop: str  # the probe's name
+    seconds: float  # how long the loop ran nothing beyond its probe's period
+    ended: float  # Unix time the loop ran again
+    cause: str  # "busy" | "waiting" | "process_stopped" (see `stall_cause`)
+
+
+STALL_WORDS = {
+    "busy": "its thread was running code that blocked the loop",
+    "waiting": "its thread waited while the process ran (the GIL, a lock or blocking I/O on the loop)",
+    "process_stopped": "the whole process ran nothing (stopped: SIGSTOP or a suspended VM; or starved of CPU)",
+}
+
+
+PAUSE_TICK_S = 0.1  # the pause clock's period
+
+
+class PauseClock:
+    """A thread that wakes every `PAUSE_TICK_S` and remembers each wake that came much later than due: a time
+    when no thread of this process ran (stopped by SIGSTOP, a suspended VM, or given no CPU). A blocked event loop
+    does not delay it; a stopped process delays every thread alike. One per process (`pause_clock()`)."""
+
+    def __init__(self, tick_s: float = PAUSE_TICK_S) -> None:
+        self.tick_s = tick_s
+        self._pauses: deque[tuple[float, float]] = deque(maxlen=50)  # (monotonic end, seconds)
+        self._thread = threading.Thread(target=self._run, name="pause_clock", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        due = time.monotonic() + self.tick_s
+        while True:
+            time.sleep(max(0.0, due - time.monotonic()))
+            now = time.monotonic()
+            if now - due >= 3 * self.tick_s:
+                self._pauses.append((now, now - due))
+            due = now + self.tick_s
+
+    def paused_within(self, start: float, end: float) -> float:
+        """The longest pause of the process that ended between monotonic `start` and `end` (0.0: none)."""
+        return max((s for t, s in list(self._pauses) if start <= t <= end), default=0.0)
+
+
+_pause_clock: PauseClock | None = None
+_pause_clock_lock = threading.Lock()
+
+
+def pause_clock() -> PauseClock:
+    global _pause_clock
+    with _pause_clock_lock:
+        if _pause_clock is None:
+            _pause_clock = PauseClock()
+        return _pause_clock
+
+
+def stall_cause(seconds: float, thread_cpu_s: float, process_paused_s: float) -> str:
+    """Why a loop ran nothing for `seconds`: its thread ran (busy: a quarter of the time or more, since on a shared
+    host a running thread gets only its share of a core), or the whole process was paused about as long
+    (process_stopped), or else its thread waited while the process ran (waiting)."""
+    if thread_cpu_s >= 0.25 * seconds:
+        return "busy"
+    if process_paused_s >= 0.5 * seconds:
+        return "process_stopped"
+    return "waiting"
+
+
 class LoopProbe:
     """A timer on one event loop: each wake records how late it ran (ms), i.e. how long the loop was busy with
-    something else. Started and stopped on the loop's own thread; `take()` is called from the sampler's."""
+    something else, and logs a stall of `stall_log_s` or more (the module docstring). Started and stopped on the
+    loop's own thread; `take()` and `stalled_for()` are called from the sampler's."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, period_s: float = PROBE_PERIOD_S) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, period_s: float = PROBE_PERIOD_S, *, name: str = "call",
+                 stall_log_s: float | None = None,
+                 on_stall: Callable[[Stall], None] | None = None) -> None:  # fmt: skip
         self.loop = loop
         self.period_s = period_s
+        self.name = name
+        self.stall_log_s = STALL_LOG_S if stall_log_s is None else stall_log_s
+        self.on_stall = on_stall
         self._lags: list[float] = []
         self._lock = threading.Lock()
         self._handle: asyncio.TimerHandle | None = None
         self._due = 0.0
+        self._woke = time.monotonic()  # read by the sampler thread: when the loop last ran this probe
+        self._cpu = 0.0  # this loop's thread's CPU seconds at the last wake
+        self._clock: PauseClock | None = None
 
     def start(self) -> None:
+        self._clock = pause_clock()
         self._due = self.loop.time() + self.period_s
+        self._woke = time.monotonic()
+        self._cpu = time.thread_time()
         self._handle = self.loop.call_at(self._due, self._wake)
 
     def _wake(self) -> None:
         now = self.loop.time()
+        lag_s = max(0.0, now - self._due)
         with self._lock:
-            self._lags.append(max(0.0, now - self._due) * 1000.0)
+            self._lags.append(lag_s * 1000.0)
+        woke, self._woke = self._woke, time.monotonic()
+        cpu, self._cpu = self._cpu, time.thread_time()
+        if lag_s >= self.stall_log_s:
+            # logged two pause-clock ticks later: by then the clock has run since the stall and seen a pause in it
+            self.loop.call_later(2 * PAUSE_TICK_S, self._stalled, lag_s, self._cpu - cpu, woke, self._woke)
         self._due = now + self.period_s
         self._handle = self.loop.call_at(self._due, self._wake)
+
+    def _stalled(self, seconds: float, thread_cpu_s: float, start: float, end: float) -> None:
+        paused_s = self._clock.paused_within(start, end + 2 * PAUSE_TICK_S) if self._clock is not None else 0.0
+        cause = stall_cause(seconds, thread_cpu_s, paused_s)
+        stall = Stall(self.name, round(seconds, 3), round(time.time(), 3), cause)
+        logger.warning("event loop stalled: the %s loop ran nothing for %.1f s: %s; its thread used %.2f s of CPU, "
+                       "the process was paused %.1f s", self.name, seconds, STALL_WORDS[cause], thread_cpu_s,
+                       paused_s)  # fmt: skip
+        if self.on_stall is not None:
+            self.on_stall(stall)
+
+    def stalled_for(self) -> float:
+        """Seconds since this probe's loop last ran it, beyond its period (0 while the loop keeps up)."""
+        if not self.running or not self.loop.is_running():
+            return 0.0
+        return max(0.0, time.monotonic() - self._woke - self.period_s)
 
     def stop(self) -> None:
         if self._handle is not None:
@@ -195,6 +314,9 @@ class WorkerStats:
         self._history: deque[_Counters] = deque(maxlen=120)  # one per sample: the CPU windows are read from it
         self._threads: dict[int, tuple[str, int]] = {}
         self._load: dict[str, Any] = {}
+        self._stalls: deque[Stall] = deque(maxlen=20)
+        self.stall_restart_s = STALL_RESTART_S
+        self.exit: Callable[[int], None] = os._exit  # what the watchdog calls on a loop past stall_restart_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="worker_stats", daemon=True)
 
@@ -214,9 +336,10 @@ class WorkerStats:
             gc.callbacks.remove(self._gc)
 
     # -- what the worker calls
-    def watch_loop(self) -> LoopProbe:
-        """Probe the running loop (a call's); call `stop()` on the result from that loop when the call ends."""
-        probe = LoopProbe(asyncio.get_running_loop())
+    def watch_loop(self, name: str = "call") -> LoopProbe:
+        """Probe the running loop (a call's, or the worker's own: `name`); call `stop()` on the result from that loop
+        when it is done with (a call's, when the call ends)."""
+        probe = LoopProbe(asyncio.get_running_loop(), name=name, on_stall=self._stalls.append)
         probe.start()
         with self._lock:
             self._probes.add(probe)
@@ -225,6 +348,29 @@ class WorkerStats:
     def note_load(self, value: float, terms: dict[str, float], jobs: int | None = None) -> None:
         self._load = {"load": round(value, 4), "load_terms": {k: round(v, 4) for k, v in terms.items()},
                       "livekit_jobs": jobs}  # fmt: skip
+
+    def stalls(self) -> list[dict[str, Any]]:
+        """The last stalls logged, oldest first (for the health endpoint)."""
+        return [dataclasses.asdict(stall) for stall in list(self._stalls)]
+
+    def check_stuck(self, sampler_late_s: float) -> None:
+        """The watchdog's check (the sampler thread's, every sample): a loop stalled past `stall_restart_s` while
+        this thread ran on time (`sampler_late_s`: how late its own wake was; a stopped process wakes it late too,
+        and a stall that ends with the stop is the probe's to log) ends the process for the supervisor."""
+        with self._lock:
+            probes = list(self._probes)
+        stuck = [(p, p.stalled_for()) for p in probes]
+        stuck = [(p, s) for p, s in stuck if s >= self.stall_restart_s]
+        if not stuck or sampler_late_s >= 1.0:
+            return
+        names = ", ".join(f"the {p.name} loop for {s:.0f} s" for p, s in stuck)
+        logger.error("event loop stuck: %s (past %.0f s) while the process runs; exiting with status %d for the "
+                     "supervisor to restart the worker; every thread's stack follows", names, self.stall_restart_s,
+                     STALL_EXIT_STATUS)  # fmt: skip
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        self.exit(STALL_EXIT_STATUS)
 
     def cpu_cores(self, window_s: float) -> float:
         """This process's CPU over about the last `window_s` seconds (at least since the first sample), in cores."""
@@ -250,6 +396,10 @@ class WorkerStats:
             due = max(due + SAMPLE_PERIOD_S, time.monotonic())  # a late sample shifts the schedule, never bunches
             if self._stop.wait(due - time.monotonic()):
                 return
+            try:
+                self.check_stuck(sampler_late_s=time.monotonic() - due)
+            except Exception:
+                logger.exception("worker stats: the stall check failed")
             try:
                 record = self.sample()
                 if self.path is not None:

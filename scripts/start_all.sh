@@ -33,6 +33,11 @@
 #   AGENT_READY_LINE       the agent is up once its health URL answers AND its log has this line (default
 #                          "registered worker": registered with LiveKit, so a new room gets it); empty: URL only
 #   STOP_TIMEOUT (20), HEALTH_TIMEOUT per probe (3), RUN_DIR (run), LOG_DIR (logs), LOG_KEEP (5), PYTHON (.venv/bin/python)
+#   LIVEKIT_DRAIN_S (2)    the local LiveKit server drains on SIGTERM: it waits, without limit, for every participant
+#                          to leave its rooms (a call in progress never does). After this many seconds stop kills it
+#                          (SIGKILL): callers and agents then reconnect to the server that `restart livekit` starts,
+#                          each keeping its session (a second SIGTERM would tell each to leave: the agent's call
+#                          would end). It keeps nothing on disk. 0: no drain.
 #   KEEP_ON_FAILURE=1      leave already-started services running when a later one fails
 # Exit status: 0 ok; 1 a start/stop failed; 2 usage; 3 status found an enabled service down or unhealthy.
 # status prints a service that this configuration does not use as `off (not used)`.
@@ -57,6 +62,7 @@ if [ -z "${PYTHON:-}" ]; then
   if [ -x "$ROOT/.venv/bin/python" ]; then PYTHON=$ROOT/.venv/bin/python; else PYTHON=python3; fi
 fi
 STOP_TIMEOUT=${STOP_TIMEOUT:-20}
+LIVEKIT_DRAIN_S=${LIVEKIT_DRAIN_S:-2}
 HEALTH_TIMEOUT=${HEALTH_TIMEOUT:-3}
 LOG_KEEP=${LOG_KEEP:-5}
 TTS_PORT=${TTS_PORT:-9000}
@@ -74,7 +80,7 @@ LIVEKIT_BIN=${LIVEKIT_BIN:-${TOOLS_DIR:-$ROOT/.tools}/livekit-server-$LIVEKIT_VE
 LIVEKIT_CONFIG_FILE=${LIVEKIT_CONFIG_FILE:-$ROOT/scripts/local/livekit.yaml}
 export LIVEKIT_PORT LOCAL_LLM_PORT
 
-for n in STOP_TIMEOUT HEALTH_TIMEOUT LOG_KEEP TTS_PORT TOKEN_SERVER_PORT AGENT_HTTP_PORT LIVEKIT_PORT LIVEKIT_TCP_PORT LOCAL_LLM_PORT; do
+for n in STOP_TIMEOUT LIVEKIT_DRAIN_S HEALTH_TIMEOUT LOG_KEEP TTS_PORT TOKEN_SERVER_PORT AGENT_HTTP_PORT LIVEKIT_PORT LIVEKIT_TCP_PORT LOCAL_LLM_PORT; do
   [[ ${!n} =~ ^[0-9]+$ ]] || { err "$n=${!n} is not a whole number"; exit 2; }
 done
 [[ $LIVEKIT_UDP_PORTS =~ ^([0-9]+)-([0-9]+)$ ]] || { err "LIVEKIT_UDP_PORTS=$LIVEKIT_UDP_PORTS is not a range like 50100-50200"; exit 2; }
@@ -318,9 +324,21 @@ stop_one() {
     rm -f "$(pid_file "$svc")"
     return 0
   fi
+  local t0=$EPOCHREALTIME
   say "$svc: stopping process group $pid (SIGTERM)"
   kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
   deadline=$((SECONDS + STOP_TIMEOUT))
+  if [ "$svc" = livekit ]; then
+    local drain_end=$((SECONDS + LIVEKIT_DRAIN_S))
+    while group_alive "$pid" && ((SECONDS < drain_end)); do sleep 0.2; done
+    if group_alive "$pid"; then
+      say "livekit: still draining after ${LIVEKIT_DRAIN_S}s: LiveKit waits for every participant to leave its rooms," \
+        "and callers in a call do not. Killing it (SIGKILL): callers and agents reconnect to the next server with" \
+        "their sessions (a second SIGTERM would tell each to leave, ending the agent's calls); LIVEKIT_DRAIN_S sets" \
+        "this wait"
+      kill -KILL -- "-$pid" 2>/dev/null || true
+    fi
+  fi
   while group_alive "$pid" && ((SECONDS < deadline)); do sleep 0.2; done
   if group_alive "$pid"; then
     say "$svc: still running after ${STOP_TIMEOUT}s; sending SIGKILL to process group $pid"
@@ -333,7 +351,7 @@ stop_one() {
     return 1
   fi
   rm -f "$(pid_file "$svc")"
-  say "$svc: stopped"
+  say "$svc: stopped after $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')s"
 }
 
 selected_services() {  # the services named on the command line, or all of them

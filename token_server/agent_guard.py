@@ -29,6 +29,12 @@ Contract
   A worker that took the job but joins late (a loaded host) looks untaken, so the guard may dispatch a room that
   already has an agent on its way. The worker makes that harmless: the first agent of ours to join keeps the
   room and each later one leaves at once, without a word (agent/one_agent.py).
+- Why no worker took a dispatch: LiveKit's API does not say, so the guard asks the workers themselves (LiveKit's
+  agent SDK serves `GET /worker` on each worker's health port: its agent name, load and jobs, as protobuf JSON
+  that leaves out a field at 0), at the addresses
+  in `AGENT_WORKER_URLS` (comma-separated; default `http://127.0.0.1:$AGENT_HTTP_PORT/worker`, the local stack's
+  one worker). Its warning then says "full" (workers of this agent answer, all of them busy: they decline or are
+  not offered calls; a call must end first) or "none answers" (none registered, or elsewhere than those URLs).
 - One recovery per room at a time; it ends when the room has an agent, has no caller, or is gone.
 - `AGENT_GUARD=0` turns all of this off (the webhook route then answers 404).
 What LiveKit does not say: an agent whose worker died stays in the room until LiveKit's media timeout drops it
@@ -64,6 +70,10 @@ AGENT = ParticipantInfo.Kind.AGENT
 NOT_CALLERS = (AGENT, ParticipantInfo.Kind.EGRESS, ParticipantInfo.Kind.INGRESS)
 GONE = ParticipantInfo.State.DISCONNECTED
 API_TIMEOUT_S = 5.0
+WORKER_TIMEOUT_S = 1.0  # a worker's /worker answer; one that takes longer is counted as not answering
+#: the worker's health port when AGENT_HTTP_PORT is unset (agent/config.py's AgentConfig.http_port, kept equal by
+#: tests/token_server/test_agent_guard.py)
+DEFAULT_AGENT_HTTP_PORT = 8081
 
 
 @dataclass(frozen=True)
@@ -77,11 +87,19 @@ class GuardConfig:
     retry_max_s: float = 5.0
     arrival_s: float = 15.0
     max_attempts: int = 300
+    worker_urls: tuple[str, ...] = (f"http://127.0.0.1:{DEFAULT_AGENT_HTTP_PORT}/worker",)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> GuardConfig:
         env = Env(environ, error=ConfigError)
+        port = env.int("AGENT_HTTP_PORT", DEFAULT_AGENT_HTTP_PORT, lo=1, hi=65535)
+        urls = env.str("AGENT_WORKER_URLS", f"http://127.0.0.1:{port}/worker")
+        worker_urls = tuple(u.strip() for u in urls.split(",") if u.strip())
+        for url in worker_urls:
+            if not url.startswith(("http://", "https://")):
+                raise ConfigError(f"AGENT_WORKER_URLS: {url!r} is not an http(s) URL (a worker's GET /worker)")
         return cls(
+            worker_urls=worker_urls,
             enabled=env.bool("AGENT_GUARD", True),
             poll_s=env.float("AGENT_GUARD_POLL_S", 5.0, lo=0.2, hi=600.0),
             join_grace_s=env.float("AGENT_JOIN_GRACE_S", 3.0, lo=0.0, hi=600.0),
@@ -155,6 +173,64 @@ class LiveKitRooms:
         await self._api.aclose()
 
 
+@dataclass(frozen=True)
+class WorkerAnswer:
+    """One worker's `GET /worker` answer (LiveKit's agent SDK)."""
+
+    url: str
+    agent_name: str
+    load: float
+    active_jobs: int
+
+
+@dataclass
+class WorkerCensus:
+    """The workers of one agent name that answered, and the addresses where none did."""
+
+    answered: list[WorkerAnswer] = field(default_factory=list)
+    silent: list[str] = field(default_factory=list)  # "url (why)"
+
+    def why_untaken(self) -> str:
+        """Why a dispatch no worker took was not taken, as far as the workers say."""
+        if self.answered:
+            each = ", ".join(f"{w.url}: {w.active_jobs} call(s), load {w.load:.2f}" for w in self.answered)
+            return f"every worker of this agent is full or draining ({each}): it waits for a call to end"
+        where = "; ".join(self.silent) or "no AGENT_WORKER_URLS"
+        return f"no worker of this agent answers ({where}): none registered?"
+
+
+class Workers(Protocol):
+    async def census(self, agent_name: str) -> WorkerCensus: ...
+
+
+class HttpWorkers:
+    """`Workers` over each worker's `GET /worker` (LiveKit's agent SDK serves it on the worker's health port)."""
+
+    def __init__(self, urls: tuple[str, ...]) -> None:
+        self.urls = urls
+
+    async def census(self, agent_name: str) -> WorkerCensus:
+        census = WorkerCensus()
+        timeout = aiohttp.ClientTimeout(total=WORKER_TIMEOUT_S)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            for url in self.urls:
+                try:
+                    async with session.get(url) as resp:
+                        resp.raise_for_status()
+                        data = await resp.json(content_type=None)
+                    # protobuf JSON (livekit.protocol's WorkerInfo): a field at its default (0) is left out
+                    answer = WorkerAnswer(url, str(data["agent_name"]), float(data.get("worker_load", 0.0)),
+                                          int(data.get("active_jobs", 0)))  # fmt: skip
+                except (TimeoutError, aiohttp.ClientError, OSError, ValueError, KeyError, TypeError) as exc:
+                    census.silent.append(f"{url}: {type(exc).__name__} {exc}".rstrip())
+                    continue
+                if answer.agent_name == agent_name:
+                    census.answered.append(answer)
+                else:
+                    census.silent.append(f"{url}: serves agent {answer.agent_name!r}")
+        return census
+
+
 def http_url(livekit_url: str) -> str:
     for ws, http in (("ws://", "http://"), ("wss://", "https://")):
         if livekit_url.startswith(ws):
@@ -176,11 +252,13 @@ class Recovery:
     attempts: int = 0
     dispatch_ids: set[str] = field(default_factory=set)
     outcome: str = "running"  # running | recovered | not_needed | gave_up
+    untaken_because: str = ""  # the last reason the workers gave for a dispatch none took
 
 
 class AgentGuard:
-    def __init__(self, rooms: Rooms, agent_name: str, config: GuardConfig) -> None:
+    def __init__(self, rooms: Rooms, agent_name: str, config: GuardConfig, workers: Workers | None = None) -> None:
         self.rooms = rooms
+        self.workers = workers if workers is not None else HttpWorkers(config.worker_urls)
         self.agent_name = agent_name
         self.config = config
         self.recoveries: dict[str, Recovery] = {}  # running ones, by room
@@ -282,8 +360,10 @@ class AgentGuard:
                 await self._arrives(room, cfg.arrival_s)
                 continue
             if recovery.attempts == 1 or recovery.attempts % 30 == 0:
-                log.warning("room %s: no worker took the agent dispatch (none registered?); retrying every %.1f-%.1fs",
-                            room, cfg.retry_s, cfg.retry_max_s)  # fmt: skip
+                census = await self.workers.census(self.agent_name)
+                recovery.untaken_because = census.why_untaken()
+                log.warning("room %s: no worker took the agent dispatch: %s; retrying every %.1f-%.1fs",
+                            room, recovery.untaken_because, cfg.retry_s, cfg.retry_max_s)  # fmt: skip
             await asyncio.sleep(delay)
             if time.monotonic() - recovery.started > cfg.retry_fast_s:
                 delay = min(cfg.retry_max_s, delay * 1.5)

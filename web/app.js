@@ -12,9 +12,15 @@
 // ("reconnecting": the token server's agent guard dispatches a new one) and never waits without a bound: after
 // AGENT_JOIN_WAIT_MS / AGENT_RETURN_WAIT_MS it says what to do. "speaking" is shown only while the agent's audio
 // arrives (its RTP packets), so a dead agent stops "speaking" within AUDIO_SILENT_MS + AUDIO_POLL_MS.
+// Other people in the room (agent/callers.py): the agent talks with one caller at a time and says whom in its
+// "voice_agent.caller" attribute; a page whose person is not that one says so. Transcript lines are labelled by
+// the speaker's kind: you, the agent, or another caller (by name).
+// Notices say what is true now: "silent" mid-reply for SILENT_NOTICE_MS gets a notice that goes when the agent's
+// sound returns; an agent back after a loss is the same one (nothing lost) or a new one (asks to repeat), and that
+// notice goes once the agent answers again.
 // `window.voiceCall` exposes the live state for the browser tests and for debugging in the console.
 
-import { LevelMeters, PlaybackGate } from "./audio.js";
+import { LevelMeters, PlaybackGate, WorkletLoadError } from "./audio.js";
 import { renderAgentState, renderLatency, renderLevel, showTranscriptChunk } from "./view.js";
 import { AudioActivity, EnergyVad, TurnLatencyTracker } from "./stats.js";
 
@@ -24,7 +30,10 @@ const CUT_TOPIC = "voice_agent.cut";
 const AGENT_JOIN_WAIT_MS = 20_000; // no agent since Join: say what to do (the server's agent guard keeps trying)
 const AGENT_RETURN_WAIT_MS = 30_000; // the agent was lost and none came back (the worker restarts in ~15-25 s)
 const AUDIO_SILENT_MS = 400; // "speaking" but no packet of its audio for this long: shown as silent
+const SILENT_NOTICE_MS = 2_000; // silent mid-reply this long, with no other explanation: the page says so
+const RESUMED_NOTICE_MS = 5_000; // "nothing was lost" is news for this long
 const AUDIO_POLL_MS = 150;
+const CALLER_ATTRIBUTE = "voice_agent.caller"; // whom the agent talks with (agent/callers.py)
 const TEXT = {
   waiting: "Connected. Waiting for the agent to join…",
   joinTimeout: `No agent joined within ${AGENT_JOIN_WAIT_MS / 1000} s. The agent worker may be down or busy; the ` +
@@ -32,8 +41,15 @@ const TEXT = {
   lost: "The agent was lost (its worker stopped). Reconnecting a new agent…",
   returnTimeout: `No agent came back within ${AGENT_RETURN_WAIT_MS / 1000} s. Press Leave, then Join to start ` +
     "again; if no agent joins then either, the agent worker is down (on the server: scripts/start_all.sh status).",
-  back: "The agent is back. It lost what was said before: please repeat your last question.",
+  back: "A new agent took over. It lost what was said before: please repeat your last question.",
+  resumed: "The agent is back; nothing was lost.",
+  stalled: `The agent stopped mid-reply (no sound from it for ${SILENT_NOTICE_MS / 1000} s). Its worker may be ` +
+    "stalled; the page waits for it.",
+  otherCaller: "The agent is talking with another person in this room and answers one caller at a time: you " +
+    "will be heard when they leave. For a call of your own, press Leave and Join with the Room field empty.",
+  yourTurn: "The other caller left: the agent is talking with you now.",
   reconnecting: "The connection to LiveKit was lost; reconnecting…",
+  serverDown: "Token server unreachable: the page cannot load its audio module from it",
 };
 const $ = (id) => document.getElementById(id);
 
@@ -62,6 +78,7 @@ const call = {
   gate: null, // the agent's PlaybackGate while its track is subscribed
   cuts: [], // Unix ms at which each cut notice from the agent arrived
   agentPeakDb: -Infinity, // the loudest 10 ms of the agent heard in this call (after the gate)
+  levels: { mic: 0, agent: 0 }, // level events metered so far (each 10 ms window), for the tests and the console
   log: [],
   agent: null, // AgentWatch while in a call
 };
@@ -128,6 +145,7 @@ class AgentWatch {
     this.state = null;
     this.shown = null;
     this.history = [];
+    this.notices = []; // each notice AgentWatch raised by itself, with its Unix ms time, for the browser tests
     this.packets = 0;
     this.lastAudioAt = 0;
     this.timer = null;
@@ -144,19 +162,37 @@ class AgentWatch {
   arrived(p) {
     const wasLost = this.presence === "lost";
     clearTimeout(this.timer);
+    const same = wasLost && p.identity === this.lostIdentity; // its own connection came back: the session lives on
     this.identity = p.identity;
     this.presence = "present";
     this.packets = 0;
     this.setState(p.attributes[AGENT_STATE] ?? "initializing");
     showAgentParts(p.attributes);
-    if (wasLost) notice("info", TEXT.back);
-    else if ([TEXT.waiting, TEXT.joinTimeout].includes($("notice").textContent)) notice("info", "");
+    this.callerChanged(p.attributes[CALLER_ATTRIBUTE]);
+    if (wasLost) {
+      notice("info", same ? TEXT.resumed : TEXT.back);
+      if (same) {
+        setTimeout(() => { if ($("notice").textContent === TEXT.resumed) notice("info", ""); }, RESUMED_NOTICE_MS);
+      }
+    } else if ([TEXT.waiting, TEXT.joinTimeout].includes($("notice").textContent)) {
+      notice("info", "");
+    }
+  }
+
+  // The agent says whom it talks with (agent/callers.py): another person here, or this page's.
+  callerChanged(caller) {
+    const mine = this.room.localParticipant.identity;
+    const shown = $("notice").textContent;
+    if (caller && caller !== mine) notice("warn", TEXT.otherCaller);
+    else if (caller === mine && shown === TEXT.otherCaller) notice("info", TEXT.yourTurn);
+    this.caller = caller ?? null;
   }
 
   left(p) {
     if (call.leaving || p.identity !== this.identity) return; // ours only (an older agent LiveKit drops late is not)
     const other = [...this.room.remoteParticipants.values()].filter((q) => q.isAgent && q.identity !== p.identity).pop();
     if (other) return this.arrived(other);
+    this.lostIdentity = this.identity;
     this.identity = null;
     this.presence = "lost";
     this.state = null;
@@ -166,6 +202,11 @@ class AgentWatch {
 
   setState(state) {
     if (state === "speaking" && this.state !== "speaking") this.lastAudioAt = performance.now(); // its audio is due
+    // a notice about what was lost is true until the conversation goes on: the agent thinks about a new question
+    // (not "speaking": a new agent's first words are its own "I was cut off" line, before anything was repeated)
+    if (state === "thinking" && [TEXT.back, TEXT.resumed].includes($("notice").textContent)) {
+      notice("info", "");
+    }
     this.state = state;
     this.render();
   }
@@ -189,10 +230,26 @@ class AgentWatch {
     if (this.presence === "lost") shown = "reconnecting";
     else if (this.presence === "waiting") shown = null;
     else if (shown === "speaking" && performance.now() - this.lastAudioAt > AUDIO_SILENT_MS) shown = "silent";
+    this.noticeSilence(shown);
     if (shown === this.shown) return;
     this.shown = shown;
     this.history.push({ at: performance.timeOrigin + performance.now(), shown });
     renderAgentState(shown);
+  }
+
+  // "speaking" with no sound for SILENT_NOTICE_MS, while nothing else explains it (the page's own connection is
+  // up, the agent still in the room): say so; take it back once its sound returns or it stops "speaking".
+  noticeSilence(shown) {
+    const silentMs = performance.now() - this.lastAudioAt;
+    const unexplained = shown === "silent" && this.room.state === "connected" && silentMs >= SILENT_NOTICE_MS;
+    if (unexplained && !this.stalledNotice) {
+      this.stalledNotice = true;
+      this.notices.push({ at: performance.timeOrigin + performance.now(), notice: "stalled" });
+      notice("warn", TEXT.stalled);
+    } else if (!unexplained && this.stalledNotice && shown !== "silent") {
+      this.stalledNotice = false;
+      if ($("notice").textContent === TEXT.stalled) notice("info", "");
+    }
   }
 
   stop() {
@@ -216,6 +273,18 @@ async function loadConfig() {
   const dev = call.config.dev ? " · dev keys" : "";
   $("server-info").textContent = `LiveKit ${call.config.url} · agent “${call.config.agent_name}”${dev}`;
   if (!LK) notice("error", "The LiveKit client library did not load: run scripts/setup.sh (npm ci in web/).");
+}
+
+// The audio context and its level worklet. The worklet's script comes from the token server, like the page and
+// the token: when it cannot be fetched, that server is down (the page was loaded earlier). Join works again
+// once it is back: LevelMeters keeps nothing of a failed load.
+async function startAudio() {
+  try {
+    await call.meters.start();
+  } catch (err) {
+    if (!(err instanceof WorkletLoadError)) throw err;
+    throw new UserFacingError(`${TEXT.serverDown} (${err.message}). Press Join again once it is back.`);
+  }
 }
 
 async function openMic() {
@@ -288,6 +357,7 @@ async function connectRoom(room, grant) {
 }
 
 function onMicLevel(db, t) {
+  call.levels.mic += 1;
   renderLevel("mic-meter", db);
   const ev = call.vad.update(db, t);
   if (!ev) return;
@@ -298,6 +368,7 @@ function onMicLevel(db, t) {
 }
 
 function onAgentLevel(db, t) {
+  call.levels.agent += 1;
   renderLevel("agent-meter", db);
   if (db > call.agentPeakDb) call.agentPeakDb = db;
   const ev = call.agentAudio.update(db, t);
@@ -333,6 +404,7 @@ function wireRoom(room) {
     if (!p.isAgent || p.identity !== call.agent?.identity) return;
     if (changed[AGENT_STATE] === "speaking") call.gate?.open(); // its next reply: let it through
     if (AGENT_STATE in changed) call.agent.setState(changed[AGENT_STATE]);
+    if (CALLER_ATTRIBUTE in changed) call.agent.callerChanged(changed[CALLER_ATTRIBUTE]);
     if (Object.keys(changed).some((k) => k.startsWith("voice_agent."))) showAgentParts(p.attributes);
   });
   // the SDK retries on its own (signal and media); it ends in Reconnected or, after its retries, Disconnected
@@ -350,19 +422,28 @@ function wireRoom(room) {
     teardown();
   });
   room.registerTextStreamHandler("lk.transcription", async (reader, participantInfo) => {
-    const who = participantInfo.identity === room.localParticipant.identity ? "you" : "agent";
+    const { who, name } = speakerOf(room, participantInfo.identity);
     const segment = reader.info.attributes?.["lk.segment_id"] ?? reader.info.id;
     let text = "";
     try {
       for await (const chunk of reader) {
         text += chunk;
-        showTranscriptChunk(segment, who, text, false);
+        showTranscriptChunk(segment, who, text, false, name);
       }
     } catch (err) {
       console.warn("transcript stream ended early", err);
     }
-    showTranscriptChunk(segment, who, text, true);
+    showTranscriptChunk(segment, who, text, true, name);
   });
+}
+
+// Who said a transcribed line, by kind: this page's person, an agent, or another caller in the room (the agent
+// publishes each caller's words under that caller's identity). An identity no longer here is another caller's.
+function speakerOf(room, identity) {
+  if (identity === room.localParticipant.identity) return { who: "you", name: "" };
+  const p = room.remoteParticipants.get(identity);
+  if (p?.isAgent) return { who: "agent", name: "" };
+  return { who: "caller", name: p?.name || identity };
 }
 
 async function join(event) {
@@ -375,7 +456,7 @@ async function join(event) {
   call.leaving = false;
   newDetectors(); // the latency table keeps earlier calls until "Reset"
   try {
-    await call.meters.start();
+    await startAudio();
     call.micTrack = await openMic();
     call.watchers.set("mic", call.meters.watchCapture(call.micTrack.mediaStreamTrack, onMicLevel));
     const grant = await fetchToken();
@@ -442,6 +523,9 @@ $("enable-audio").addEventListener("click", async () => {
   await call.room?.startAudio(); // a click is the user gesture browsers need to start playback
   $("enable-audio").hidden = call.room?.canPlaybackAudio ?? true;
 });
+// A closed tab, a reload or a navigation leaves the room at once (LiveKit's LEAVE on the signal connection, sent
+// before the page goes; livekit-client's own disconnectOnPageLeave does the same, this does not rely on it):
+// else LiveKit keeps the caller ~21 s, and with them the agent's call slot. Tested in tests/browser/test_page_faults.py.
 window.addEventListener("pagehide", () => { call.room?.disconnect(); });
 renderLatency(call);
 loadConfig();

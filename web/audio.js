@@ -1,7 +1,8 @@
 // Level metering for the call page: one AudioContext, one AudioWorklet ("level-meter") per watched track.
 //
 // Contract: `await meters.start()` (from a user gesture: browsers only start audio after one) creates the
-// context and loads the worklet; `meters.watch(mediaStreamTrack, onLevel)` calls onLevel(db, tMs) about every
+// context and loads the worklet; when the worklet's script cannot be fetched it rejects with a WorkletLoadError
+// and keeps nothing of the failure (not even the context), so a later start() (the next Join) fetches it again; `meters.watch(mediaStreamTrack, onLevel)` calls onLevel(db, tMs) about every
 // 10 ms with the track's RMS level in dBFS and a timestamp on the context clock, the same clock for every
 // track, so local and remote events can be subtracted. `meters.watchNode(audioNode, onLevel)` does the same
 // for a node already in the context (the agent's playback gate: what the person hears). Both return a
@@ -23,6 +24,18 @@
 // (~100 ms in flight and in the jitter buffer) must not be heard. `open()` lets the next reply through; the
 // gate also opens by itself after `maxClosedMs`, so a lost "speaking" state can never mute the agent for good.
 
+// The level worklet could not be loaded: its script comes from the server that serves the page (the token
+// server), so this usually means that server is down. `url` is the script's; `cause` the browser's own error
+// (Chromium: "AbortError: Unable to load a worklet's module.", reported as "Failed to load worklet module script").
+export class WorkletLoadError extends Error {
+  constructor(url, cause) {
+    super(`cannot load the audio worklet ${url.pathname} from ${url.origin} (${cause?.message ?? cause})`);
+    this.name = "WorkletLoadError";
+    this.url = url;
+    this.cause = cause;
+  }
+}
+
 export class LevelMeters {
   constructor({ windowMs = 10, latencyHint = 0 } = {}) {
     this.windowMs = windowMs;
@@ -33,8 +46,17 @@ export class LevelMeters {
 
   async start() {
     if (!this.ctx) {
-      this.ctx = new AudioContext({ latencyHint: this.latencyHint });
-      this.loading = this.ctx.audioWorklet.addModule(new URL("./level-worklet.js", import.meta.url));
+      const ctx = new AudioContext({ latencyHint: this.latencyHint });
+      const url = new URL("./level-worklet.js", import.meta.url);
+      this.ctx = ctx;
+      this.loading = ctx.audioWorklet.addModule(url).catch((err) => {
+        // A worklet keeps a failed module (the module map caches the failure for that URL): a retry on this
+        // context fails the same way. Drop the context; the next start() makes a new one and fetches again.
+        this.ctx = null;
+        this.loading = null;
+        ctx.close().catch(() => {});
+        throw new WorkletLoadError(url, err);
+      });
     }
     await this.loading;
     if (this.ctx.state !== "running") await this.ctx.resume();

@@ -44,7 +44,8 @@ export function renderLatency(call) {
   $("turn-log").replaceChildren(...items);
 }
 
-export function showTranscriptChunk(segmentId, who, text, final) {
+// who: "you" | "agent" | "caller" (another person in the room, shown with `name`).
+export function showTranscriptChunk(segmentId, who, text, final, name = "") {
   const box = $("transcript");
   box.querySelector("p.muted")?.remove();
   let line = box.querySelector(`[data-segment="${CSS.escape(segmentId)}"]`);
@@ -53,7 +54,7 @@ export function showTranscriptChunk(segmentId, who, text, final) {
     line.dataset.segment = segmentId;
     const label = document.createElement("span");
     label.className = "who";
-    label.textContent = who === "you" ? "You" : "Agent";
+    label.textContent = { you: "You", agent: "Agent" }[who] ?? (name ? `Other caller (${name})` : "Other caller");
     const body = document.createElement("span");
     body.className = "text";
     line.append(label, body);

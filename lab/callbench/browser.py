@@ -30,7 +30,7 @@ SNAPSHOT_JS = """async () => {
   const call = window.voiceCall;
   const shown = (id) => (document.getElementById(id).hidden ? '' : document.getElementById(id).textContent);
   const lines = [...document.querySelectorAll('#transcript p.line')].map((p) => ({
-    who: p.classList.contains('you') ? 'you' : 'agent',
+    who: p.classList.contains('you') ? 'you' : p.classList.contains('caller') ? 'caller' : 'agent',
     final: !p.classList.contains('partial'),
     text: p.querySelector('.text').textContent,
   }));

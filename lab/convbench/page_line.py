@@ -85,7 +85,8 @@ MIC_JS = """
     for (const p of document.querySelectorAll("#transcript p.line")) {
       if (p.classList.contains("partial") || cb.seen.get(p) === p.textContent) continue;
       cb.seen.set(p, p.textContent);
-      cb.texts.push({ t: Date.now(), who: p.classList.contains("you") ? "user" : "agent",
+      const who = p.classList.contains("you") ? "user" : p.classList.contains("caller") ? "caller" : "agent";
+      cb.texts.push({ t: Date.now(), who,
                       text: p.querySelector(".text")?.textContent ?? "", final: true });
     }
   };

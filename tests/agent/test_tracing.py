@@ -182,3 +182,75 @@ def test_a_sink_that_raises_does_not_end_the_call() -> None:
     collector.sinks.insert(0, lambda r: 1 / 0)
     full_turn(collector)
     assert seen == ["s-t1"] and len(collector.records) == 1
+
+
+# -- a disk that fills up: the call goes on, warnings are throttled, health says what was lost ---------------
+
+
+def full_disk_at(path: Path) -> None:
+    """Writes to `path` fail as on a full disk: it is a link to /dev/full (every write: ENOSPC)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.symlink_to("/dev/full")
+
+
+def test_a_full_disk_warns_once_per_file_per_minute_and_health_counts_what_was_lost(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call's worth of writes (its journal on every trace point, its records) to a full disk: one warning per
+    file, not one per write; the health snapshot counts every lost write; the first write that succeeds again
+    says so once."""
+    import datetime as dt
+
+    from agent import journal as journal_module
+    from agent import tracing
+
+    now = [1000.0]
+    writes = tracing.WriteHealth(clock=lambda: now[0])
+    monkeypatch.setattr(tracing, "WRITES", writes)
+    monkeypatch.setattr(journal_module, "WRITES", writes)
+    collector = TraceCollector("sess", traces_dir=tmp_path)
+    day_file = tmp_path / f"{dt.datetime.now(dt.UTC):%Y-%m-%d}.jsonl"
+    full_disk_at(day_file)
+    journal = journal_module.CallJournal(tmp_path, room="r", agent_identity="a", job_id="AJ_1", session_id="sess")
+    journal.watch(collector)
+    journal_path = journal.path
+    full_disk_at(journal_path.with_suffix(".tmp"))  # the journal writes its .tmp, then renames it
+    caplog.set_level("INFO", logger="agent.tracing")
+
+    for i in range(3):  # three turns: 3 * (open + 8 marks + finish) journal writes, 3 record writes
+        full_turn(collector, t0=100.0 + 10 * i)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 2, warnings  # one per file
+    assert any(str(day_file) in w and "No space left on device" in w for w in warnings), warnings
+    assert any(str(journal_path) in w for w in warnings), warnings
+    health = writes.snapshot()
+    assert not health["ok"] and set(health["failing"]) == {str(day_file), str(journal_path)}
+    assert health["failing"][str(day_file)]["failed_writes"] == 3
+    assert health["not_written"] == 3 + health["failing"][str(journal_path)]["failed_writes"] >= 30
+
+    caplog.clear()
+    now[0] += tracing.WRITE_WARN_INTERVAL_S  # a minute later: one more warning per file still failing
+    full_turn(collector, t0=200.0)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 2 and all("earlier write(s) to it since the last warning" in w for w in warnings), warnings
+
+    caplog.clear()
+    day_file.unlink()  # space again
+    full_turn(collector, t0=300.0)
+    infos = [r.getMessage() for r in caplog.records if r.levelname == "INFO"]
+    assert any(f"{day_file} is written again (4 write(s) to it failed before)" in m for m in infos), infos
+    assert json.loads(day_file.read_text())["turn_id"] == "sess-t5"
+    assert str(day_file) not in writes.snapshot()["failing"]
+    journal.close()
+
+
+def test_the_start_up_check_names_an_unusable_or_nearly_full_traces_folder(tmp_path: Path) -> None:
+    from agent.tracing import check_traces_dir
+
+    assert check_traces_dir(tmp_path / "new") == [] and (tmp_path / "new").is_dir()  # created, writable, room
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    (problem,) = check_traces_dir(blocker / "traces")
+    assert problem.startswith(f"TRACES_DIR={blocker / 'traces'}: cannot create the traces folder"), problem
+    (problem,) = check_traces_dir(tmp_path, min_free_bytes=2**62)  # "nearly full": less free than asked
+    assert "MiB free on its file system" in problem and "traces stop when it is full" in problem, problem

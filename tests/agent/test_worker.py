@@ -73,3 +73,79 @@ async def test_simulated_job_runs_on_the_shared_engine(
         finally:  # bounded: a close that hangs (a runner cancelled in prewarm) fails here, not at CI's limit
             await asyncio.wait_for(server.aclose(), timeout=60)
             run.cancel()
+
+
+async def test_the_health_route_reports_traces_not_written_and_loop_stalls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GET /health on the worker's own health server, as LiveKit's AgentServer.run() starts it (beside its / and
+    /worker; LiveKit itself unreachable here): "ok", then "degraded" naming the failing traces file once writes
+    fail, and with a stall of the worker's loop."""
+    import socket
+    import time
+
+    import aiohttp
+
+    from agent import tracing, worker_stats
+    from token_server.agent_guard import HttpWorkers
+
+    def free_port() -> int:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return sock.getsockname()[1]
+
+    # a fixed port: with port 0, LiveKit's server (on every interface) gets one port for IPv4, another for IPv6
+    closed, http_port = free_port(), free_port()
+    cfg = AgentConfig.from_env({"TRACES_DIR": str(tmp_path), "AGENT_NAME": "h", "AGENT_HTTP_PORT": str(http_port),
+                                "AGENT_NUM_IDLE_PROCESSES": "0", "LIVEKIT_URL": f"ws://127.0.0.1:{closed}",
+                                "LIVEKIT_API_KEY": "k", "LIVEKIT_API_SECRET": "s" * 32})  # fmt: skip
+    monkeypatch.setattr(worker, "_config", cfg)
+    monkeypatch.setattr(worker, "_traces_problems", None)
+    monkeypatch.setattr(worker, "_worker_probe", None)
+    writes = tracing.WriteHealth()
+    monkeypatch.setattr(worker, "WRITES", writes)
+    monkeypatch.setattr(worker_stats, "STALL_LOG_S", 0.3)
+    server = worker.build_server(cfg)
+    run = asyncio.create_task(server.run())
+    try:
+        base = f"http://127.0.0.1:{http_port}"
+        assert worker.check_traces_once(cfg) == []
+        async with aiohttp.ClientSession() as http:
+
+            async def get(path: str) -> dict[str, Any]:
+                async with http.get(base + path) as resp:
+                    assert resp.status == 200, path
+                    return await resp.json()
+
+            for _ in range(100):  # until LiveKit's server runs and has its agent name
+                census = await HttpWorkers((base + "/worker",)).census("h")  # what the token server's guard reads
+                if census.answered:
+                    break
+                await asyncio.sleep(0.1)
+            assert [(w.agent_name, w.active_jobs) for w in census.answered] == [("h", 0)], census
+            health = await get(worker.HEALTH_PATH)
+            assert health["status"] == "ok" and health["traces"]["ok"] and health["traces"]["dir"] == str(tmp_path)
+
+            day_file = tmp_path / "2026-12-02.jsonl"
+            writes.failed(day_file, "trace x", OSError(28, "No space left on device"))
+            health = await get(worker.HEALTH_PATH)
+            assert health["status"] == "degraded" and health["traces"]["not_written"] == 1
+            assert "No space left on device" in health["traces"]["failing"][str(day_file)]["last_error"]
+
+            writes.written(day_file)
+            for _ in range(100):  # "worker_started": the worker's loop has its probe
+                if worker._worker_probe is not None:
+                    break
+                await asyncio.sleep(0.05)
+            time.sleep(0.5)  # the worker's loop stalls
+            await asyncio.sleep(0.4)
+            health = await get(worker.HEALTH_PATH)
+        assert health["status"] == "degraded" and health["traces"]["ok"], health
+        (stall,) = health["loop_stalls"]
+        assert stall["loop"] == "worker" and stall["seconds"] >= 0.4 and stall["cause"] == "waiting", stall
+    finally:
+        if worker._worker_probe is not None:
+            worker._worker_probe.stop()
+        await server.aclose()
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)

@@ -7,6 +7,11 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import os
+import re
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -166,3 +171,94 @@ def test_usable_cores_follow_num_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
     assert 0 < usable_cores() <= len(os.sched_getaffinity(0))
+
+
+# -- the stall watchdog ----------------------------------------------------------------------------------------
+
+
+async def test_a_stalled_loop_is_logged_when_it_runs_again_with_what_held_it(caplog: pytest.LogCaptureFixture) -> None:
+    """A loop blocked by a blocking call (its thread waits) and one blocked by code that runs (its thread busy):
+    each stall is logged from the loop itself, within 0.5 s of its end, with the cause."""
+    caplog.set_level("WARNING", logger="agent.worker_stats")
+    loop = asyncio.get_running_loop()
+    stalls: list[worker_stats.Stall] = []
+    probe = LoopProbe(loop, period_s=0.05, name="call", stall_log_s=0.5, on_stall=stalls.append)
+    probe.start()
+    await asyncio.sleep(0.2)
+    blocks = []  # (wall seconds, end)
+    for block in (lambda: time.sleep(0.8), lambda: spin(0.8)):
+        t0 = time.time()
+        block()  # on the loop: nothing else runs meanwhile
+        blocks.append((time.time() - t0, time.time()))
+        await asyncio.sleep(0.6)
+    probe.stop()
+    assert [s.cause for s in stalls] == ["waiting", "busy"], stalls
+    for stall, (wall, end) in zip(stalls, blocks, strict=True):
+        assert wall - 0.1 <= stall.seconds <= wall and 0 <= stall.ended - end <= 0.5, (stall, wall, end)
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 2, messages
+    assert all(m.startswith("event loop stalled: the call loop ran nothing for") for m in messages), messages
+    assert "waited while the process ran" in messages[0] and "running code that blocked the loop" in messages[1]
+
+
+CHILD = """
+import asyncio, logging, sys, time
+logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(created).3f %(levelname)s %(message)s")
+from agent import worker_stats
+stats = worker_stats.WorkerStats(None, lambda: {})
+stats.stall_restart_s = float(sys.argv[1])
+stats.start()
+async def main():
+    stats.watch_loop(name="worker")
+    print("ready", flush=True)
+    await asyncio.sleep(float(sys.argv[2]))
+    if float(sys.argv[3]) > 0:
+        time.sleep(float(sys.argv[3]))  # stuck on the loop, the process running
+asyncio.run(main())
+"""
+
+
+def run_child(restart_s: float, run_s: float, stuck_s: float) -> subprocess.Popen[str]:
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(restart_s), str(run_s), str(stuck_s)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             cwd=Path(__file__).resolve().parents[2])  # fmt: skip
+    assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    return child
+
+
+def test_a_stopped_worker_logs_its_stall_within_two_seconds_of_going_on() -> None:
+    """The issue's fault: the worker frozen by SIGSTOP. Nothing in it can run meanwhile; once continued, its loop
+    logs the stall, with the whole process paused as the cause, well within 2 s."""
+    child = run_child(restart_s=60, run_s=6, stuck_s=0)
+    try:
+        time.sleep(0.5)
+        os.kill(child.pid, signal.SIGSTOP)
+        time.sleep(3.0)
+        os.kill(child.pid, signal.SIGCONT)
+        continued = time.time()
+        _, err = child.communicate(timeout=30)
+    finally:
+        child.kill()
+    lines = [line for line in err.splitlines() if "event loop stalled" in line]
+    assert len(lines) == 1, err
+    logged = float(lines[0].split()[0])
+    print(f"logged {logged - continued:.2f} s after SIGCONT: {lines[0]}")
+    assert 0 <= logged - continued < 2.0, (logged - continued, lines)
+    stalled = float(re.search(r"the worker loop ran nothing for ([\d.]+) s", lines[0]).group(1))
+    assert 2.8 <= stalled <= 3.3 and "the whole process ran nothing" in lines[0], lines
+
+
+def test_a_loop_stuck_past_the_restart_threshold_ends_the_worker_for_its_supervisor() -> None:
+    """A loop that stays stuck while the process runs: the sampler thread logs it with every thread's stack and
+    exits with STALL_EXIT_STATUS (scripts/run_worker.sh restarts a worker that exits with it)."""
+    child = run_child(restart_s=1.5, run_s=0.3, stuck_s=30)
+    try:
+        started = time.monotonic()
+        _, err = child.communicate(timeout=20)
+        took = time.monotonic() - started
+    finally:
+        child.kill()
+    assert child.returncode == worker_stats.STALL_EXIT_STATUS, (child.returncode, err)
+    assert took < 5.0, took
+    assert "event loop stuck: the worker loop for" in err and "exiting with status 70" in err, err
+    assert "time.sleep" in err or "in main" in err, err  # the stack of the loop's thread, where it is stuck

@@ -48,18 +48,19 @@ class LiveServer:
 
 
 class ServerThread:
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(self, config: ServerConfig, port: int = 0) -> None:
+        """`port` 0: any free one (read `port` after `start`); a given port lets a test restart a server there."""
         self.config = config
         self.loop = asyncio.new_event_loop()
         self.runner = web.AppRunner(create_app(config))
-        self.port = 0
+        self.port = port
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="token-server", daemon=True)
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
         self.loop.run_until_complete(self.runner.setup())
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        site = web.TCPSite(self.runner, "127.0.0.1", self.port)
         self.loop.run_until_complete(site.start())
         self.port = self.runner.addresses[0][1]
         self._ready.set()

@@ -286,3 +286,71 @@ def test_the_agent_is_up_once_registered(ops_env: dict[str, str], tmp_path: Path
             assert "not healthy after 6s" in result.stderr and "no 'registered worker' line yet" in result.stderr
     finally:
         _run(env, "stop", timeout=60)
+
+
+def _livekit_binary() -> str | None:
+    version = next(line.split("=", 1)[1] for line in SCRIPT.read_text().splitlines()
+                   if line.startswith("LIVEKIT_VERSION="))  # fmt: skip
+    for candidate in (os.environ.get("LIVEKIT_BIN"), ROOT / ".tools" / f"livekit-server-{version}" / "livekit-server",
+                      Path.home() / ".cache" / "voice-agent" / f"livekit-server-{version}"):  # fmt: skip
+        if candidate and Path(candidate).is_file():
+            return str(candidate)
+    return None
+
+
+async def test_restart_livekit_mid_call_says_why_it_drains_and_takes_seconds_not_a_sigkill(
+    ops_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Issue 43: `restart livekit` with a call in progress waited STOP_TIMEOUT (20 s) and then SIGKILLed LiveKit
+    (22.6 s): LiveKit drains on SIGTERM, waiting for every participant to leave, and a caller does not. Now stop
+    says so and kills it after LIVEKIT_DRAIN_S; the participant reconnects to the new server with its session (a
+    second SIGTERM would have told it to leave: its call would have ended)."""
+    import asyncio
+
+    from livekit import api, rtc
+
+    binary = _livekit_binary()
+    if binary is None:
+        pytest.fail("livekit-server not found: run scripts/setup.sh (it builds it) or set LIVEKIT_BIN")
+    udp = _free_port()
+    env = dict(ops_env, LIVEKIT_URL="", LIVEKIT_BIN=binary, LIVEKIT_API_KEY="opskey",
+               LIVEKIT_API_SECRET="ops-secret-" + "x" * 32, LIVEKIT_PORT=str(_free_port()),
+               LIVEKIT_TCP_PORT=str(_free_port()), LIVEKIT_UDP_PORTS=f"{udp}-{udp + 20}", TOKEN_SERVER="0",
+               LIVEKIT_DRAIN_S="2", STOP_TIMEOUT="20")  # fmt: skip
+
+    async def start_all(*args: str) -> tuple[int, str]:
+        proc = await asyncio.create_subprocess_exec("bash", str(SCRIPT), *args, env=env, cwd=ROOT,
+                                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+        out, _ = await asyncio.wait_for(proc.communicate(), 120)
+        return proc.returncode or 0, out.decode()
+
+    rc, out = await start_all("start", "livekit")
+    assert rc == 0, out
+    room = rtc.Room()
+    try:
+        token = (api.AccessToken(env["LIVEKIT_API_KEY"], env["LIVEKIT_API_SECRET"]).with_identity("caller")
+                 .with_grants(api.VideoGrants(room_join=True, room="mid-call")).to_jwt())  # fmt: skip
+        await room.connect(f"ws://127.0.0.1:{env['LIVEKIT_PORT']}", token)  # a caller in a call
+        sid = room.local_participant.sid
+        events: list[str] = []
+        for event in ("disconnected", "reconnected"):
+            room.on(event, lambda *_args, event=event: events.append(event))
+        started = time.monotonic()
+        rc, out = await start_all("restart", "livekit")
+        took = time.monotonic() - started
+        deadline = time.monotonic() + 20
+        while "reconnected" not in events and "disconnected" not in events:
+            assert time.monotonic() < deadline, events
+            await asyncio.sleep(0.1)
+        assert events == ["reconnected"] and room.isconnected(), events  # the same Room object, never left
+        assert room.local_participant.identity == "caller" and sid
+    finally:
+        await room.disconnect()
+        await start_all("stop")
+    assert rc == 0, out
+    assert "livekit: still draining after 2s: LiveKit waits for every participant to leave its rooms" in out, out
+    assert "Killing it (SIGKILL): callers and agents reconnect to the next server" in out, out
+    assert "still running after 20s" not in out, out  # not the STOP_TIMEOUT path
+    stopped = float(out.split("livekit: stopped after ")[1].split("s")[0])
+    print(f"livekit stopped after {stopped}s; restart took {took:.1f}s")
+    assert 2.0 <= stopped < 5.0, out

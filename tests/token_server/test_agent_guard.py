@@ -15,6 +15,7 @@ import json
 import time
 
 import pytest
+from aiohttp import web
 from livekit import api
 from livekit.protocol.models import ParticipantInfo
 
@@ -22,7 +23,7 @@ from token_server import agent_guard
 from token_server.agent_guard import AgentGuard, GuardConfig, Occupancy
 
 FAST = GuardConfig(poll_s=0.2, join_grace_s=0.3, take_s=0.2, retry_s=0.1, retry_fast_s=0.3, retry_max_s=0.2,
-                   arrival_s=1.0)
+                   arrival_s=1.0, worker_urls=())
 
 
 def participant(identity: str, kind: int = ParticipantInfo.Kind.STANDARD) -> ParticipantInfo:
@@ -223,3 +224,66 @@ def test_guard_settings_are_checked_by_name() -> None:
     with pytest.raises(ValueError, match="AGENT_RETRY_S"):
         GuardConfig.from_env({"AGENT_RETRY_S": "soon"})
     assert not GuardConfig.from_env({"AGENT_GUARD": "off"}).enabled
+
+
+# -- why no worker took a dispatch: the guard asks the workers (their GET /worker) -----------------------------
+
+
+async def worker_port(answer: dict) -> tuple[web.AppRunner, str]:
+    """A worker's health port as LiveKit's agent SDK serves it: GET /worker -> its agent name, load and jobs."""
+    async def worker(_request: web.Request) -> web.Response:
+        return web.json_response(answer)
+
+    app = web.Application()
+    app.router.add_get("/worker", worker)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}/worker"
+
+
+@pytest.mark.parametrize("workers_up", [True, False])
+async def test_the_guard_says_full_when_workers_answer_and_none_registered_when_none_do(
+    workers_up: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The issue's case: one worker, its one call slot taken by a caller who closed the tab. LiveKit does not take
+    the dispatch; the guard's warning must say the worker is full, not that none is registered."""
+    caplog.set_level("WARNING", logger="token_server.agent_guard")
+    runner, url = await worker_port({"agent_name": "voice-agent", "worker_type": "JT_ROOM", "worker_load": 1.0,
+                                     "active_jobs": 1, "sdk_version": "1.8.9", "project_type": "python"})
+    other_runner, other_url = await worker_port({"agent_name": "another-agent", "worker_load": 0.0, "active_jobs": 0})
+    if not workers_up:
+        await runner.cleanup()
+    rooms = FakeRooms(workers=0)
+    rooms.people["r1"] = [participant("user-1")]
+    guard = AgentGuard(rooms, "voice-agent", GuardConfig(**{**FAST.__dict__, "worker_urls": (url, other_url)}))
+    try:
+        guard.caller_joined("r1")
+        await until(lambda: guard.recoveries.get("r1") and guard.recoveries["r1"].untaken_because)
+        message = next(r.getMessage() for r in caplog.records if "no worker took the agent dispatch" in r.getMessage())
+    finally:
+        await guard.aclose()
+        await other_runner.cleanup()
+        if workers_up:
+            await runner.cleanup()
+    if workers_up:
+        assert "every worker of this agent is full or draining" in message, message
+        assert f"{url}: 1 call(s), load 1.00" in message and "none registered" not in message, message
+        assert other_url not in message, message  # another agent's worker is not this agent's
+    else:
+        assert "no worker of this agent answers" in message and "none registered?" in message, message
+        assert f"{url}: ClientConnectorError" in message, message
+        assert f"{other_url}: serves agent 'another-agent'" in message, message
+
+
+def test_worker_urls_default_to_the_local_workers_health_port() -> None:
+    from agent.config import AgentConfig
+
+    assert GuardConfig.from_env({}).worker_urls == (
+        f"http://127.0.0.1:{AgentConfig.from_env({}).http_port}/worker",)  # the same default port on both sides
+    assert GuardConfig.from_env({"AGENT_HTTP_PORT": "9001"}).worker_urls == ("http://127.0.0.1:9001/worker",)
+    assert GuardConfig.from_env({"AGENT_WORKER_URLS": "http://a:1/worker, http://b:2/worker"}).worker_urls == (
+        "http://a:1/worker", "http://b:2/worker")
+    with pytest.raises(ValueError, match="AGENT_WORKER_URLS"):
+        GuardConfig.from_env({"AGENT_WORKER_URLS": "a:1"})
