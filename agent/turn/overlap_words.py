@@ -7,7 +7,7 @@
   `MAX_ATTEMPTS` times and never after its end, each time over its audio so far (with `LEAD_S` before the VAD's
   start, which comes late), through the call's STT without its observer. The utterance's own transcript still
   comes at its end, as before; these are extra requests.
-- A transcript with a barge-in cue (`turn_text.barge_in_cue`: "stop", "wait", "no", "actually" ...) calls
+- A transcript with a barge-in cue (`words.barge_in_cue`: "stop", "wait", "no", "actually" ...) calls
   `interrupt` (the call passes the framework's public `AgentSession.interrupt`). The controller then cuts the
   answer as it cuts any framework interruption of an overlapped answer: silence at once, the overlap becomes the
   next user turn.
