@@ -11,8 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from agent.tools.callbench.browser import BrowserCall
-from agent.tools.callbench.stack import LocalStack
+
+from lab.callbench.browser import BrowserCall
+from lab.callbench.stack import LocalStack
 
 pytestmark = [pytest.mark.browser, pytest.mark.call]
 

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agent.tools.callbench.browser import BrowserCall
-from agent.tools.callbench.rtc_caller import worker_jobs
-from agent.tools.callbench.stack import LocalStack
 
+from lab.callbench.browser import BrowserCall
+from lab.callbench.rtc_caller import worker_jobs
+from lab.callbench.stack import LocalStack
 from tests.call.conftest import STACK_ENV
 
 pytestmark = [pytest.mark.browser, pytest.mark.call]
