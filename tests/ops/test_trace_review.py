@@ -109,7 +109,7 @@ def test_cli_json_and_plot(tmp_path: Path) -> None:
 
 def test_cli_table_and_empty_input(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "lab.trace_review", str(FIXTURE)],
+        [sys.executable, "-m", "agent", "trace-review", str(FIXTURE)],
         capture_output=True, text=True, cwd=ROOT, timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
@@ -117,13 +117,13 @@ def test_cli_table_and_empty_input(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text("nope\n{}\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "lab.trace_review", str(bad)],
+        [sys.executable, "-m", "agent", "trace-review", str(bad)],
         capture_output=True, text=True, cwd=ROOT, timeout=60,
     )
     assert proc.returncode == 1
     assert "bad.jsonl:1: not JSON" in proc.stdout and "bad.jsonl:2: no trace points" in proc.stdout
     proc = subprocess.run(
-        [sys.executable, "-m", "lab.trace_review", str(FIXTURE), "--since", "soon"],
+        [sys.executable, "-m", "agent", "trace-review", str(FIXTURE), "--since", "soon"],
         capture_output=True,
         text=True,
         cwd=ROOT,
