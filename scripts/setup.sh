@@ -4,22 +4,22 @@
 #   chromium); a virtualenv with torch 2.13.0 (the PyPI Linux build: it carries CUDA and runs on a CPU, so a GPU
 #   machine gets the same version); the project with its dev, parity, local and eot extras (the local LLM server is
 #   llama.cpp prebuilt in the xllamacpp wheel: nothing is compiled); the test-time reference (qwen-tts-hf) and
-#   the SmolLM2 GGUF; LiveKit's own server and Jaeger (the test OTLP receiver), each built from its Go module
-#   (neither has a registry package with a prebuilt binary); the page's npm assets.
+#   the SmolLM2 GGUF; LiveKit's own server, built from its Go module (no registry package has a prebuilt binary);
+#   the page's npm assets.
 #   --demo (scripts/demo.sh): only what the demo runs: portaudio, torch, the project with its local extra, the
-#   GGUF, LiveKit's server and the npm assets; no test tools (espeak-ng, chromium, dev/parity extras, Jaeger).
+#   GGUF, LiveKit's server and the npm assets; no test tools (espeak-ng, chromium, dev/parity extras).
 #   A later run without --demo adds them.
 # Every pip install is held to constraints.txt, so two fresh installs get the same versions (docs/operations.md
 # says how to regenerate it). Each step runs only when its result is missing, prints one line when it starts
 # and one with the time it took; pip shows its download progress. Any failure stops with a message and exit 1.
-# First run on a 2-core machine: docs/operations.md, "Setup", has the measured times of each step. The Go builds
-# are cached per machine (~/.cache/voice-agent), so a fresh clone on the same machine skips them.
+# First run on a 2-core machine: docs/operations.md, "Setup", has the measured times of each step. The Go build
+# is cached per machine (~/.cache/voice-agent), so a fresh clone on the same machine skips it.
 #
 # Settings (environment):
 #   VENV          the virtualenv (default .venv)         PYTHON        the Python that creates it (python3, >= 3.11)
 #   CONSTRAINTS   pip constraints file (constraints.txt; "none" = unconstrained, for regenerating it)
-#   TOOLS_DIR     where the LiveKit and Jaeger binaries go (.tools, ignored by git)
-#   LIVEKIT_CACHE, JAEGER_CACHE   the per-machine caches of the Go builds (under ~/.cache/voice-agent)
+#   TOOLS_DIR     where the LiveKit binary goes (.tools, ignored by git)
+#   LIVEKIT_CACHE the per-machine cache of its Go build (under ~/.cache/voice-agent)
 . "$(dirname "$0")/lib/help.sh" && show_help_if_asked "$0" "${1:-}"  # --help: the header above, nothing started
 set -euo pipefail
 case ${1:-} in
@@ -134,33 +134,6 @@ if [ ! -x "$LIVEKIT_BIN" ]; then
   mkdir -p "$(dirname "$LIVEKIT_BIN")"
   cp "$LIVEKIT_CACHE" "$LIVEKIT_BIN"
   "$LIVEKIT_BIN" --version | grep -q "$LIVEKIT_VERSION" || die "$LIVEKIT_BIN is not livekit-server $LIVEKIT_VERSION"
-fi
-
-# --- Jaeger v2 (an OTLP receiver with a query API), built from its Go module (pinned) once per machine, like the
-# LiveKit server: the OpenTelemetry test sends the agent's spans to it (tests/agent/test_trace_otel.py), so --demo
-# skips it. Its module has replace directives, so `go install pkg@version` refuses it: it is built inside a
-# throwaway module instead.
-JAEGER_VERSION=1.76.0
-JAEGER_BIN="$TOOLS_DIR/jaeger-$JAEGER_VERSION/jaeger"
-JAEGER_CACHE=${JAEGER_CACHE:-$HOME/.cache/voice-agent/jaeger-$JAEGER_VERSION}
-build_jaeger() {
-  local gomod
-  gomod=$(mktemp -d)
-  (cd "$gomod" && go mod init voice-lab >/dev/null 2>&1 \
-    && GOFLAGS=-mod=mod go get -tool "github.com/jaegertracing/jaeger/cmd/jaeger@v$JAEGER_VERSION" \
-    && go build -o jaeger github.com/jaegertracing/jaeger/cmd/jaeger) \
-    || die "building github.com/jaegertracing/jaeger/cmd/jaeger@v$JAEGER_VERSION failed (see above)"
-  mkdir -p "$(dirname "$JAEGER_CACHE")"
-  mv "$gomod/jaeger" "$JAEGER_CACHE"
-  rm -rf "$gomod"
-}
-if [ "$MODE" = test ] && [ ! -x "$JAEGER_BIN" ]; then
-  if [ ! -x "$JAEGER_CACHE" ]; then
-    command -v go >/dev/null || die "go not found: Jaeger (the test OTLP receiver) is built from its Go module"
-    step "building jaeger v$JAEGER_VERSION from its Go module (~8 min on 2 cores, once per machine)" build_jaeger
-  fi
-  mkdir -p "$(dirname "$JAEGER_BIN")"
-  cp "$JAEGER_CACHE" "$JAEGER_BIN"
 fi
 
 # --- web assets (livekit-client from npm, pinned by web/package-lock.json)

@@ -3,20 +3,19 @@
 - The sink on the SDK's in-memory exporter: one turn span, a child per stage with the record's own times, every
   point an event, fields as attributes; a point or field the trace gains later shows up with no code change.
 - The hook in agent/tracing.py: every finished record reaches every sink; a failing sink never ends a call.
-- A real OTLP receiver: Jaeger v2 (built from its Go module by scripts/setup.sh) started here on loopback ports.
-  `python -m agent simulate` with OTEL_EXPORTER_OTLP_ENDPOINT exports a real call's turn spans and LiveKit's own
-  session spans over OTLP/HTTP; they are read back through Jaeger's query API and checked against the call's
-  traces.jsonl. OTLP/gRPC is checked the same way with one record.
+- Over the wire: a stand-in OTLP receiver (tests/agent/otlp_receiver.py: OTLP/HTTP and OTLP/gRPC on loopback,
+  decoded with opentelemetry-proto's own message types). `python -m agent simulate` with
+  OTEL_EXPORTER_OTLP_ENDPOINT exports a real call's turn spans and LiveKit's own session spans over OTLP/HTTP; they
+  are checked against the call's traces.jsonl. OTLP/gRPC is checked the same way with one record.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,11 +29,10 @@ from opentelemetry.trace import StatusCode
 
 from agent import trace_otel, tracing
 from agent.trace_otel import TraceSpans
+from tests.agent.otlp_receiver import OtlpReceiver
 from tts_engine.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
-JAEGER_VERSION = "1.76.0"  # scripts/setup.sh builds this one
-JAEGER = ROOT / ".tools" / f"jaeger-{JAEGER_VERSION}" / "jaeger"
 
 
 def record_of(points: dict[str, float], **fields: Any) -> dict[str, Any]:
@@ -149,70 +147,18 @@ def test_nothing_is_installed_without_an_endpoint_and_a_bad_protocol_is_named() 
 
 
 # -- a real OTLP receiver --------------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class Jaeger:
-    def __init__(self, log: Path) -> None:
-        if not os.access(JAEGER, os.X_OK):
-            pytest.fail(f"{JAEGER} is missing: run scripts/setup.sh (it builds Jaeger v{JAEGER_VERSION} from Go)")
-        self.ports = {name: free_port() for name in
-                      ("JAEGER_QUERY_PORT", "JAEGER_QUERY_GRPC_PORT", "OTLP_HTTP_PORT", "OTLP_GRPC_PORT")}
-        self.log = log
-        self.proc = subprocess.Popen(
-            [str(JAEGER), "--config", str(Path(__file__).with_name("jaeger.yaml"))],
-            env={**os.environ, **{k: str(v) for k, v in self.ports.items()}},
-            stdout=log.open("w"), stderr=subprocess.STDOUT,
-        )
-        self.query = f"http://127.0.0.1:{self.ports['JAEGER_QUERY_PORT']}"
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, log.read_text()[-2000:]
-            try:
-                self.get("/api/services")
-                return
-            except OSError:
-                time.sleep(0.2)
-        pytest.fail("Jaeger did not answer within 60 s:\n" + log.read_text()[-2000:])
-
-    def get(self, path: str) -> Any:
-        with urllib.request.urlopen(self.query + path, timeout=10) as resp:
-            return json.load(resp)
-
-    def traces(self, service: str, want: int, timeout_s: float = 30) -> list[dict[str, Any]]:
-        """The traces of `service` once at least `want` turn spans arrived (exporters batch)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            data = self.get(f"/api/traces?service={service}&limit=1000")["data"] or []
-            turns = [s for t in data for s in t["spans"] if s["operationName"] == "voice_agent.turn"]
-            if len(turns) >= want or time.monotonic() > deadline:
-                return data
-            time.sleep(0.3)
-
-    def stop(self) -> None:
-        self.proc.kill()  # a test receiver with a memory store: nothing to shut down cleanly (it takes 10-20 s)
-        self.proc.wait()
-
-
 @pytest.fixture
-def jaeger(tmp_path: Path) -> Iterator[Jaeger]:
-    receiver = Jaeger(tmp_path / "jaeger.log")
-    yield receiver
-    receiver.stop()
+def receiver() -> Iterator[OtlpReceiver]:
+    with OtlpReceiver() as r:
+        yield r
 
 
-def tag(span: dict[str, Any], key: str) -> Any:
-    return next(t["value"] for t in span["tags"] if t["key"] == key)
-
-
-def test_a_simulated_call_reaches_jaeger_over_otlp_http(jaeger: Jaeger, tiny_checkpoint: Path, tmp_path: Path) -> None:
+def test_a_simulated_call_reaches_the_receiver_over_otlp_http(receiver: OtlpReceiver, tiny_checkpoint: Path,
+                                                              tmp_path: Path) -> None:
     out = tmp_path / "sim"
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env.update(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{jaeger.ports['OTLP_HTTP_PORT']}",
-               OTEL_SERVICE_NAME="voice-agent-otlp-http", TTS_DEEP_STREAM_DEVICE="cpu", ENV_FILE=os.devnull)
+    env.update(OTEL_EXPORTER_OTLP_ENDPOINT=receiver.http_endpoint, OTEL_SERVICE_NAME="voice-agent-otlp-http",
+               TTS_DEEP_STREAM_DEVICE="cpu", ENV_FILE=os.devnull)
     proc = subprocess.run(
         [sys.executable, "-m", "agent", "simulate", "--turns", "1", "--out", str(out),
          "--model-dir", str(tiny_checkpoint), "--max-frames-per-segment", "6"],
@@ -221,28 +167,27 @@ def test_a_simulated_call_reaches_jaeger_over_otlp_http(jaeger: Jaeger, tiny_che
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     records = [json.loads(line) for line in (out / "traces.jsonl").read_text().splitlines()]
     assert len(records) == 1  # the JSONL stays
-    data = jaeger.traces("voice-agent-otlp-http", want=1)
-    spans = [s for t in data for s in t["spans"]]
-    operations = {s["operationName"] for s in spans}
+    spans = receiver.wait("voice-agent-otlp-http", "voice_agent.turn")
+    assert receiver.requests["http"] >= 1
     # LiveKit's own session spans went through the same tracer provider
-    assert {"agent_session", "user_turn", "agent_turn", "llm_node", "tts_node"} <= operations, operations
-    turn = next(s for s in spans if s["operationName"] == "voice_agent.turn")
+    assert {"agent_session", "user_turn", "agent_turn", "llm_node", "tts_node"} <= {s.name for s in spans}
+    (turn,) = [s for s in spans if s.name == "voice_agent.turn"]
     record = records[0]
-    assert tag(turn, "voice_agent.turn_id") == record["turn_id"]
-    us = lambda rel: round((record["wall_t0"] + rel) * 1e6)  # noqa: E731 - Jaeger speaks microseconds
+    assert turn.attributes["voice_agent.turn_id"] == record["turn_id"] and turn.parent_span_id == ""
+    ns = lambda rel: round((record["wall_t0"] + rel) * 1e9)  # noqa: E731 - a one-line conversion
     points = record["points"]
-    assert abs(turn["startTime"] - us(min(points.values()))) <= 1
-    children = {s["operationName"]: s for s in spans if s["traceID"] == turn["traceID"] and s is not turn}
+    assert abs(turn.start_ns - ns(min(points.values()))) <= 1000  # the record keeps wall_t0 in µs
+    children = {s.name: s for s in spans if s.parent_span_id == turn.span_id}
+    assert all(c.trace_id == turn.trace_id for c in children.values())
     for name, start, end in tracing.SEGMENTS:
         if start in points and end in points:
             child = children[f"voice_agent.{name}"]
-            assert child["references"][0]["spanID"] == turn["spanID"]
-            assert abs(child["startTime"] - us(min(points[start], points[end]))) <= 1, name
-            assert tag(child, "voice_agent.duration_ms") == pytest.approx(record["segments_ms"][name])
-    assert {log["fields"][0]["value"] for log in turn["logs"]} == set(points)  # the points, as span events
+            assert abs(child.start_ns - ns(min(points[start], points[end]))) <= 1000, name
+            assert child.attributes["voice_agent.duration_ms"] == pytest.approx(record["segments_ms"][name])
+    assert {name for name, _ in turn.events} == set(points)  # the points, as span events
 
 
-def test_a_record_reaches_jaeger_over_otlp_grpc(jaeger: Jaeger) -> None:
+def test_a_record_reaches_the_receiver_over_otlp_grpc(receiver: OtlpReceiver) -> None:
     script = (
         "from agent import trace_otel, tracing\n"
         "provider = trace_otel.install_from_env()\n"
@@ -253,12 +198,31 @@ def test_a_record_reaches_jaeger_over_otlp_grpc(jaeger: Jaeger) -> None:
         "provider.force_flush()\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env.update(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{jaeger.ports['OTLP_GRPC_PORT']}",
-               OTEL_EXPORTER_OTLP_PROTOCOL="grpc", OTEL_SERVICE_NAME="voice-agent-otlp-grpc")
+    env.update(OTEL_EXPORTER_OTLP_ENDPOINT=receiver.grpc_endpoint, OTEL_EXPORTER_OTLP_PROTOCOL="grpc",
+               OTEL_SERVICE_NAME="voice-agent-otlp-grpc")
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    spans = [s for t in jaeger.traces("voice-agent-otlp-grpc", want=1) for s in t["spans"]]
-    turn = next(s for s in spans if s["operationName"] == "voice_agent.turn")
-    assert tag(turn, "voice_agent.session_id") == "grpc-sess"
-    assert {s["operationName"] for s in spans} >= {"voice_agent.stt", "voice_agent.vad_to_stt"}
+    spans = receiver.wait("voice-agent-otlp-grpc", "voice_agent.turn")
+    assert receiver.requests["grpc"] >= 1 and receiver.requests["http"] == 0
+    turn = next(s for s in spans if s.name == "voice_agent.turn")
+    assert turn.attributes["voice_agent.session_id"] == "grpc-sess"
+    assert {s.name for s in spans} >= {"voice_agent.stt", "voice_agent.vad_to_stt"}
+
+
+def test_the_stand_in_receiver_answers_a_client_mistake_and_serves_on(receiver: OtlpReceiver) -> None:
+    """The receiver is the test's peer: a bad request gets a 4xx, not a hang, and the next export still lands."""
+    def post(path: str, body: bytes, content_type: str, encoding: str = "") -> int:
+        headers = {"Content-Type": content_type, **({"Content-Encoding": encoding} if encoding else {})}
+        req = urllib.request.Request(receiver.http_endpoint + path, data=body, headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return resp.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    assert post("/v1/traces", b"{}", "application/json") == 415
+    assert post("/v1/traces", b"\xff\xff\xff", "application/x-protobuf") == 400
+    assert post("/v1/traces", b"not gzip", "application/x-protobuf", "gzip") == 400
+    assert post("/v1/logs", b"", "application/x-protobuf") == 404
+    assert post("/v1/traces", b"", "application/x-protobuf") == 200  # an empty request is a valid one

@@ -62,8 +62,14 @@ async def test_the_short_script_through_the_page_is_played_and_scored(stack: Loc
     # it was written, and the scorer saw no cut)
     await wait_for_jobs(stack.ports["AGENT_HTTP_PORT"], 0, 60)
     tl.traces = room_traces(stack, room)
+    (tmp_path / "timeline.json").write_text(json.dumps(tl.to_json(), indent=1, default=str))  # for a failure's reader
+    # the worker's side of each turn, in a failure's message: an item not played says only what the page saw
+    worker = [(r.get("outcome"), r.get("user_text"), r.get("errors"),
+               {k: round(v, 2) for k, v in (r.get("points") or {}).items()
+                if k in ("vad_speech_end", "turn_committed", "llm_first_token", "first_frame_published")})
+              for r in tl.traces]
     assert tl.errors == [], tl.errors
-    assert [(i.item_id, i.played, i.reason) for i in tl.items] == [(i.id, True, "") for i in script.items]
+    assert [(i.item_id, i.played, i.reason) for i in tl.items] == [(i.id, True, "") for i in script.items], worker
     report = score([tl])
     (tmp_path / "report.json").write_text(json.dumps(report, indent=1, default=str))  # for a failure's reader
     (pause,) = report["pause_rows"]
