@@ -19,13 +19,12 @@ the LiveKit CLI's `lk agent dev|start agent/app.py` runs the same). No deprecate
   second to `AGENT_STATS_PATH` when set); each call's loop gets a lag probe.
 - Remote engine: with `TTS_ENGINE_URL` set, no model is loaded here; synthesis goes over HTTP to
   `python -m tts_engine serve` (for deployments that put TTS on its own GPU).
-- Each job: connect (audio only); leave at once, without a word, if another agent of ours joined the room
-  first (a room dispatched twice: `agent.one_agent`); else build `agent.voice.Call` with our audio output
-  publishing its own track, start the AgentSession on the room, keep talking with its caller while others wait
-  (`agent.callers`; the job ends a second after the last caller left, freeing its call slot), write traces to
-  `TRACES_DIR`, and keep the
-  call's open turns in its journal (`agent.journal`), so a worker that dies leaves its turns closed as
-  `worker_lost` by whoever recovers it.
+- Each job: connect (audio only); leave at once, without a word, if another agent of ours holds the room's call
+  (a room dispatched twice, or made again after a LiveKit restart: `agent.one_agent`); else build
+  `agent.voice.Call` with our audio output publishing its own track, start the AgentSession on the room, keep
+  talking with its caller while others wait (`agent.callers`; the job ends a second after the last caller left,
+  freeing its call slot), write traces to `TRACES_DIR`, and keep the call's open turns in its journal
+  (`agent.journal`), so a worker that dies leaves its turns closed as `worker_lost` by whoever recovers it.
 - A job that the token server's agent guard dispatched to replace a lost agent (its metadata says why:
   `token_server/agent_guard.py`) first tells the caller so, in one short sentence.
 - At start-up the worker recovers the calls of workers that died on this machine with no supervisor watching
@@ -64,7 +63,7 @@ from agent.config import MAX_SESSIONS, MAX_SESSIONS_CPU_ENGINE, MAX_SESSIONS_THR
 from agent.engine_client import LocalBackend, RemoteBackend, TTSBackend
 from agent.journal import CallJournal
 from agent.local.defaults import RANDOM_WEIGHTS_WARNING, ensure_random_checkpoint
-from agent.one_agent import earlier_agent, watch_for_earlier
+from agent.one_agent import OneAgent
 from agent.recovery import recover_dead_calls
 from agent.trace_otel import check_env as check_otel
 from agent.trace_otel import flush as flush_spans
@@ -240,11 +239,13 @@ async def entrypoint(ctx: JobContext) -> None:
     if vad is None:
         vad = load_vad(cfg.vad_silence_ms, cfg.vad_quiet_db)
     await ctx.connect(auto_subscribe=AutoSubscribe.AUDIO_ONLY)
-    earlier = earlier_agent(ctx.room, cfg.agent_name)
-    if earlier is not None:  # the room was dispatched twice and the other agent joined first (agent/one_agent.py)
+    claim = OneAgent(ctx.room, cfg.agent_name)
+    earlier = claim.earlier()
+    if earlier is not None:  # the room was dispatched twice and the other agent came first (agent/one_agent.py)
         leave_to(ctx, earlier)
         return
-    stop_watch = watch_for_earlier(ctx.room, cfg.agent_name, lambda identity: leave_to(ctx, identity))
+    attributes = {**voice_attributes(cfg), **claim.start_call()}
+    stop_watch = claim.watch(lambda identity: leave_to(ctx, identity))
     call = Call(cfg, vad=vad, backend=backend, session_id=f"{ctx.room.name}-{ctx.job.id[-6:]}")
     journal = None
     if cfg.traces_dir:
@@ -284,7 +285,17 @@ async def entrypoint(ctx: JobContext) -> None:
     await call.start(room=ctx.room)
     # one caller at a time; the job ends CALLER_GONE_END_S after the last caller left (agent/callers.py)
     follow_callers(ctx.room, call.session, on_empty=lambda: ctx.shutdown(reason="its caller left"))
-    await ctx.room.local_participant.set_attributes(voice_attributes(cfg))
+    await ctx.room.local_participant.set_attributes(attributes)
+    # after LiveKit's server restarts, the SDK rejoins with its token's attributes: ours are published again, so
+    # that an agent the page's new room dispatched meanwhile sees whose call this is (agent/one_agent.py)
+    republished: set[asyncio.Task[None]] = set()
+
+    def on_reconnected() -> None:
+        task = asyncio.ensure_future(_publish_again(ctx, attributes))
+        republished.add(task)
+        task.add_done_callback(republished.discard)
+
+    ctx.room.on("reconnected", on_reconnected)
     reason = recovery_reason(ctx.job.metadata)
     if reason is not None:
         call.session.say(RECOVERY_LINES.get(reason, RECOVERY_LINES["agent_lost"]))
@@ -292,9 +303,16 @@ async def entrypoint(ctx: JobContext) -> None:
 
 
 def leave_to(ctx: JobContext, identity: str) -> None:
-    """Another agent of ours joined this room first: this job ends without a word (agent/one_agent.py)."""
-    logger.info("room %s: agent %s joined it first; job %s leaves", ctx.room.name, identity, ctx.job.id)
+    """Another agent of ours holds this room's call: this job ends without a word (agent/one_agent.py)."""
+    logger.info("room %s: agent %s holds its call; job %s leaves", ctx.room.name, identity, ctx.job.id)
     ctx.shutdown(reason=f"agent {identity} holds the room")
+
+
+async def _publish_again(ctx: JobContext, attributes: dict[str, str]) -> None:
+    try:
+        await ctx.room.local_participant.set_attributes(attributes)
+    except Exception as exc:  # noqa: BLE001 - a rejoined room without our attributes keeps its call; say so
+        logger.warning("room %s: publishing the agent's attributes again failed: %r", ctx.room.name, exc)
 
 
 async def tasks_left_running(settle_s: float = 0.2) -> list[str]:

@@ -162,14 +162,16 @@ class AgentWatch {
   arrived(p) {
     const wasLost = this.presence === "lost";
     clearTimeout(this.timer);
-    const same = wasLost && p.identity === this.lostIdentity; // its own connection came back: the session lives on
+    // its own connection came back: the session lives on. Also when a stand-in came first and left (after a LiveKit
+    // restart the page's new room can dispatch one before the call's agent is back; agent/one_agent.py sends it away)
+    const same = p.identity === this.lostIdentity;
     this.identity = p.identity;
     this.presence = "present";
     this.packets = 0;
     this.setState(p.attributes[AGENT_STATE] ?? "initializing");
     showAgentParts(p.attributes);
     this.callerChanged(p.attributes[CALLER_ATTRIBUTE]);
-    if (wasLost) {
+    if (wasLost || same) {
       notice("info", same ? TEXT.resumed : TEXT.back);
       if (same) {
         setTimeout(() => { if ($("notice").textContent === TEXT.resumed) notice("info", ""); }, RESUMED_NOTICE_MS);
