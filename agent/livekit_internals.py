@@ -42,6 +42,13 @@ server (`AgentServer._http_server`, a `livekit.agents.utils.http_server.HttpServ
 started, so `HttpServer.start` is wrapped (once per process) to add the routes asked for that server first.
 Where the names are gone, False with a warning, and the route is not served.
 
+One hook for agent/worker.py, `report_status_when_jobs_end(server)`: LiveKit's server hears a worker's load and
+availability only every 2.5 s (`UPDATE_STATUS_INTERVAL`), so a one-call worker whose call just ended stayed "full" to
+it for up to 2.5 s more and the next caller's dispatch found no worker (measured 2026-12-03: the call ended, the
+job closed 2.0 s later, "below capacity" 1.8 s after that). On each runner's close (the pool's `process_closed`,
+`AgentServer._proc_pool`) the hook refreshes the load (`_refresh_worker_load`) and sends the status
+(`_update_worker_status`) at once. Where the names are gone, False with a warning, and the periodic update remains.
+
 One fix, `close_runners_cancelled_in_prewarm()` (`agent.worker.build_server` applies it): with the THREAD executor,
 closing the worker while a runner is still in prewarm (the pool starts a replacement each time a call takes
 the idle one, and prewarm loads Silero and Whisper, seconds on a busy CPU) hangs forever. The pool cancels
@@ -75,6 +82,7 @@ SILERO_MODEL = "silero.VAD._onnx_session/_opts/_streams"
 SESSION_ROOM_IO = "AgentSession._room_io"
 DROP_PREEMPTIVE = "AgentSession._activity._cancel_preemptive_generation"
 HTTP_APP = "AgentServer._http_server (utils.http_server.HttpServer.app/start)"
+STATUS_NOW = "AgentServer._proc_pool/_refresh_worker_load/_update_worker_status"
 
 _MISSING = object()
 _warned: set[str] = set()
@@ -168,7 +176,47 @@ def missing_internals() -> list[str]:
         missing.append(DROP_PREEMPTIVE)
     if not _server_keeps_http_app():
         missing.append(HTTP_APP)
+    if not _server_reports_status():
+        missing.append(STATUS_NOW)
     return missing
+
+
+def _server_reports_status() -> bool:
+    from livekit.agents import AgentServer
+
+    run = inspect.unwrap(AgentServer.run)
+    return "_proc_pool" in run.__code__.co_names and all(
+        inspect.iscoroutinefunction(getattr(AgentServer, name, None))
+        for name in ("_refresh_worker_load", "_update_worker_status")
+    )
+
+
+_status_tasks: set[asyncio.Task[None]] = set()
+
+
+def report_status_when_jobs_end(server: Any) -> bool:
+    """Send LiveKit the worker's load and status as soon as a job's runner closes (see the module docstring). Call
+    it once the server runs (its "worker_started" event: the pool exists then); False (warned) where it cannot."""
+    pool = getattr(server, "_proc_pool", None)
+    if pool is None or not callable(getattr(pool, "on", None)) or not _server_reports_status():
+        _warn_once(STATUS_NOW)
+        return False
+
+    async def report() -> None:
+        try:
+            await server._refresh_worker_load()
+            await server._update_worker_status()
+        except Exception as exc:  # noqa: BLE001 - the periodic update still comes within 2.5 s
+            logger.debug("sending the worker status after a job ended failed: %r", exc)
+
+    def on_closed(_runner: Any) -> None:
+        # a task: it runs after the pool has taken the runner off its list, so the job no longer counts
+        task = asyncio.get_running_loop().create_task(report())
+        _status_tasks.add(task)
+        task.add_done_callback(_status_tasks.discard)
+
+    pool.on("process_closed", on_closed)
+    return True
 
 
 def _server_keeps_http_app() -> bool:

@@ -34,6 +34,9 @@ the LiveKit CLI's `lk agent dev|start agent/app.py` runs the same). No deprecate
   with `status` ("ok", or "degraded" while traces are not being written or a loop stalled in the last
   `HEALTH_STALL_WINDOW_S`), the calls in progress, the traces' state (`agent.tracing.WRITES`, the start-up
   problems) and the loop stalls seen (`agent.worker_stats`); always HTTP 200: a degraded worker still serves calls.
+- When a call's runner closes, the worker sends LiveKit its load and status at once
+  (`livekit_internals.report_status_when_jobs_end`): LiveKit's own update comes every 2.5 s, and a one-call worker
+  stayed "full" to it that long after its call ended.
 - Stall watchdog: the worker's own event loop gets a lag probe like each call's (agent/worker_stats.py logs a
   stall when the loop runs again, and ends a worker whose loop stays stuck so that its supervisor restarts it).
 """
@@ -269,6 +272,7 @@ async def entrypoint(ctx: JobContext) -> None:
             _active_calls -= 1
         if probe is not None:
             probe.stop()
+        closing = time.monotonic()
         try:
             await call.aclose()  # controller, session (idempotent), audio output, STT client; then trims the C heap
             await backend.aclose()  # a remote engine's HTTP session of this call's event loop
@@ -280,6 +284,8 @@ async def entrypoint(ctx: JobContext) -> None:
         if left:  # the fault drills read this line: a call must leave nothing of ours behind
             logger.warning("call %s closed with %d task(s) of ours still running: %s", call.session_id, len(left),
                            ", ".join(left))  # fmt: skip
+        # how long a call slot stays taken after the call ended (then LiveKit's job leaves the room)
+        logger.info("call %s closed in %.2f s", call.session_id, time.monotonic() - closing)
 
     ctx.add_shutdown_callback(on_shutdown)
     await call.start(room=ctx.room)
@@ -382,6 +388,8 @@ def build_server(cfg: AgentConfig) -> AgentServer:
     server = AgentServer(**server_options(cfg))
     add_health_route(server)
     server.on("worker_started", watch_worker_loop)
+    # LiveKit hears that a call slot is free when the call's runner closes, not up to 2.5 s later
+    server.on("worker_started", lambda: livekit_internals.report_status_when_jobs_end(server))
     admission = Admission(lambda: max_sessions(cfg), lambda: server.active_jobs)
     server.rtc_session(entrypoint, agent_name=cfg.agent_name, on_request=admission)
     return server

@@ -16,6 +16,10 @@ Contract
   connected. An agent that left such a room is replaced at once (dispatch metadata reason `agent_lost`); a
   caller alone for `AGENT_JOIN_GRACE_S` (the token's own dispatch normally brings the agent within ~1 s) gets one
   with reason `no_agent`. The worker reads the reason and says one short sentence (agent/worker.py).
+- When the caller joined while every worker that answers was full (its load at `AGENT_LOAD_THRESHOLD`, the
+  worker's own setting), the token's dispatch found no worker and LiveKit does not keep it: the grace then ends as
+  soon as a worker answers with room (polled every `FREE_POLL_S`), so the next caller of a one-call worker is not
+  kept waiting for the rest of it.
 - A dispatch that no worker took (no job on it after `AGENT_TAKE_S`; LiveKit does not queue a job while no
   worker is registered: "not dispatching agent job since no worker is available") is tried again every
   `AGENT_RETRY_S` for the first `AGENT_RETRY_FAST_S` (a restarting worker registers within them), then backing
@@ -71,6 +75,10 @@ NOT_CALLERS = (AGENT, ParticipantInfo.Kind.EGRESS, ParticipantInfo.Kind.INGRESS)
 GONE = ParticipantInfo.State.DISCONNECTED
 API_TIMEOUT_S = 5.0
 WORKER_TIMEOUT_S = 1.0  # a worker's /worker answer; one that takes longer is counted as not answering
+FREE_POLL_S = 0.2  # during a caller's grace, while every worker is full: how often the workers are asked again
+#: the worker's AGENT_LOAD_THRESHOLD default (agent/config.py's AgentConfig.load_threshold, kept equal by
+#: tests/token_server/test_agent_guard.py)
+DEFAULT_LOAD_THRESHOLD = 0.9
 #: the worker's health port when AGENT_HTTP_PORT is unset (agent/config.py's AgentConfig.http_port, kept equal by
 #: tests/token_server/test_agent_guard.py)
 DEFAULT_AGENT_HTTP_PORT = 8081
@@ -88,6 +96,7 @@ class GuardConfig:
     arrival_s: float = 15.0
     max_attempts: int = 300
     worker_urls: tuple[str, ...] = (f"http://127.0.0.1:{DEFAULT_AGENT_HTTP_PORT}/worker",)
+    load_threshold: float = DEFAULT_LOAD_THRESHOLD  # a worker at this load is full (LiveKit offers it no call)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> GuardConfig:
@@ -109,6 +118,7 @@ class GuardConfig:
             retry_max_s=env.float("AGENT_RETRY_MAX_S", 5.0, lo=0.1, hi=3600.0),
             arrival_s=env.float("AGENT_ARRIVAL_S", 15.0, lo=1.0, hi=600.0),
             max_attempts=env.int("AGENT_GUARD_MAX_ATTEMPTS", 300, lo=1, hi=100_000),
+            load_threshold=env.float("AGENT_LOAD_THRESHOLD", DEFAULT_LOAD_THRESHOLD, lo=0.05, hi=1.0),
         )
 
 
@@ -189,6 +199,10 @@ class WorkerCensus:
 
     answered: list[WorkerAnswer] = field(default_factory=list)
     silent: list[str] = field(default_factory=list)  # "url (why)"
+
+    def all_full(self, threshold: float) -> bool:
+        """Some worker answered and every one that did is at the load LiveKit reads as full."""
+        return bool(self.answered) and all(w.load >= threshold for w in self.answered)
 
     def why_untaken(self) -> str:
         """Why a dispatch no worker took was not taken, as far as the workers say."""
@@ -325,10 +339,23 @@ class AgentGuard:
             log.error("room %s: agent recovery failed: %r", recovery.room, task.exception())
         self.finished = [*self.finished[-99:], recovery]
 
+    async def _grace(self, room: str, wait_s: float) -> None:
+        """Wait `wait_s` for the token's own dispatch, or less: when every worker was full as the grace began, until
+        one answers with room (that dispatch found none, and LiveKit did not keep it)."""
+        deadline = time.monotonic() + wait_s
+        threshold = self.config.load_threshold
+        if (await self.workers.census(self.agent_name)).all_full(threshold):
+            while time.monotonic() + FREE_POLL_S < deadline:
+                await asyncio.sleep(FREE_POLL_S)
+                if not (await self.workers.census(self.agent_name)).all_full(threshold):
+                    log.info("room %s: a worker has room again; the caller's agent is dispatched now", room)
+                    return
+        await asyncio.sleep(max(0.0, deadline - time.monotonic()))
+
     async def _recover(self, recovery: Recovery, wait_s: float) -> None:
         cfg, room = self.config, recovery.room
         if wait_s > 0:
-            await asyncio.sleep(wait_s)
+            await self._grace(room, wait_s)
         delay = cfg.retry_s
         while True:
             occupancy = await self._occupancy(room)

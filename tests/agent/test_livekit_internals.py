@@ -175,3 +175,33 @@ async def test_a_runner_cancelled_in_prewarm_still_closes() -> None:
     release.set()  # prewarm ends; the runner then reads the queued shutdown request
     await asyncio.wait_for(runner.aclose(), timeout=15)
     await asyncio.wait_for(runner.join(), timeout=5)
+
+
+async def test_a_closed_runner_sends_the_worker_status_at_once(monkeypatch: pytest.MonkeyPatch,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """On the pool's process_closed (LiveKit's own EventEmitter, as the pool is one), the load is refreshed and
+    the status sent, in that order, in a task of its own; a server without a pool is warned about, not patched."""
+    from livekit.agents.utils import EventEmitter
+
+    calls: list[str] = []
+
+    class Server:
+        _proc_pool: EventEmitter[str] = EventEmitter()
+
+        async def _refresh_worker_load(self) -> None:
+            calls.append("load")
+
+        async def _update_worker_status(self) -> None:
+            calls.append("status")
+
+    server = Server()
+    assert lk.report_status_when_jobs_end(server)
+    server._proc_pool.emit("process_closed", object())
+    assert calls == []  # not inside the pool's own step: after it took the runner off its list
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert calls == ["load", "status"]
+    monkeypatch.setattr(lk, "_warned", set())
+    with caplog.at_level(logging.WARNING, logger="agent.livekit_internals"):
+        assert not lk.report_status_when_jobs_end(object())
+    assert lk.STATUS_NOW in caplog.text

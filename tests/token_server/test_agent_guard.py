@@ -287,3 +287,52 @@ def test_worker_urls_default_to_the_local_workers_health_port() -> None:
         "http://a:1/worker", "http://b:2/worker")
     with pytest.raises(ValueError, match="AGENT_WORKER_URLS"):
         GuardConfig.from_env({"AGENT_WORKER_URLS": "a:1"})
+
+
+class ScriptedWorkers:
+    """The guard's `Workers`: one worker whose load is what `load` says at each census."""
+
+    def __init__(self, load: float) -> None:
+        self.load = load
+        self.asked = 0
+
+    async def census(self, agent_name: str) -> agent_guard.WorkerCensus:
+        self.asked += 1
+        answer = agent_guard.WorkerAnswer("http://w/worker", agent_name, self.load, 1 if self.load else 0)
+        return agent_guard.WorkerCensus(answered=[answer])
+
+
+@pytest.mark.parametrize("full_at_join", [True, False])
+async def test_a_caller_who_came_while_every_worker_was_full_gets_one_as_soon_as_a_worker_has_room(
+    full_at_join: bool,
+) -> None:
+    """Issue 43's next caller: the one-call worker was still ending the previous call when they joined, so the
+    token's dispatch found no worker. The guard dispatches once the worker has room, not after the whole grace;
+    when a worker had room at the join, the token's own dispatch is given the whole grace as before."""
+    rooms = FakeRooms()
+    rooms.people["next"] = [participant("user-2")]
+    workers = ScriptedWorkers(load=0.9 if full_at_join else 0.45)
+    guard = AgentGuard(rooms, "voice-agent", GuardConfig(**{**FAST.__dict__, "join_grace_s": 2.0}), workers)
+    t0 = time.monotonic()
+    guard.caller_joined("next")
+    await asyncio.sleep(0.5)
+    assert rooms.dispatches == []  # full: no dispatch while it stays full
+    workers.load = 0.45  # the previous call's job closed
+    await until(lambda: rooms.dispatches, timeout=3.0)
+    waited = time.monotonic() - t0
+    if full_at_join:
+        assert 0.5 <= waited < 0.5 + 2 * agent_guard.FREE_POLL_S + 0.3, waited
+    else:
+        assert waited >= 2.0, waited
+    await until(lambda: guard.finished)
+    assert guard.finished[0].outcome == "recovered" and reasons(rooms) == ["no_agent"]
+
+
+def test_the_guard_reads_full_as_the_worker_does() -> None:
+    from agent.config import AgentConfig
+
+    assert GuardConfig.from_env({}).load_threshold == AgentConfig.from_env({}).load_threshold
+    assert GuardConfig.from_env({"AGENT_LOAD_THRESHOLD": "0.7"}).load_threshold == 0.7
+    census = agent_guard.WorkerCensus(answered=[agent_guard.WorkerAnswer("u", "a", 0.9, 1)])
+    assert census.all_full(0.9) and not census.all_full(0.95)
+    assert not agent_guard.WorkerCensus(silent=["u: refused"]).all_full(0.9)  # nobody answers: not "full"
