@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from agent.local.defaults import LOCAL_LLM_MODEL, local_livekit_url, local_llm_url
 from agent.turn.options import TurnMode, TurnOptions
+from common import worker_defaults
 from common.env import ConfigError, Env
 
 T = TypeVar("T")
@@ -111,7 +112,7 @@ class AgentConfig:
     stt_base_url: str = ""  # "" = faster-whisper in this process (agent/local/)
     stt_model: str = "qwen3-omni"
     llm_max_tokens: int = 150
-    http_port: int = 8081  # the worker's health server (GET / and /worker); start_all probes it
+    http_port: int = worker_defaults.AGENT_HTTP_PORT  # the health server (GET / and /worker); start_all probes it
     llm_max_history_items: int = 24  # chat items sent per request; older turns are dropped (prompt stays short)
     llm_temperature: float = 0.3
     vad_silence_ms: int = 224  # seven Silero windows of silence (agent/vad.py; docs/agent.md says why 224)
@@ -150,7 +151,8 @@ class AgentConfig:
     drain_timeout_s: int = 10  # on SIGTERM: calls may go on this long, then end (agent leaves, traces written)
     max_sessions: int | None = None  # calls at which the worker is full; None: by the engine (worker.max_sessions)
     cpu_limit: float | None = CPU_LIMIT  # its CPU's share of its cores at which it is full; None = no CPU limit
-    load_threshold: float = 0.9  # the load LiveKit reads as full; each limit reached reports exactly this
+    # the load LiveKit reads as full; each limit reached reports exactly this
+    load_threshold: float = worker_defaults.AGENT_LOAD_THRESHOLD
     stats_path: str = ""  # AGENT_STATS_PATH: one JSON line a second about the worker (agent/worker_stats.py)
 
     @classmethod
@@ -173,7 +175,7 @@ class AgentConfig:
             stt_base_url=stt_url,
             stt_model=env.str("STT_MODEL", env.str("LLM_MODEL", "qwen3-omni")),
             llm_max_tokens=env.int("LLM_MAX_TOKENS", 150, lo=1, hi=8192),
-            http_port=env.int("AGENT_HTTP_PORT", 8081, lo=0, hi=65535),
+            http_port=env.int("AGENT_HTTP_PORT", worker_defaults.AGENT_HTTP_PORT, lo=0, hi=65535),
             llm_max_history_items=env.int("LLM_MAX_HISTORY_ITEMS", 24, lo=2, hi=10_000),
             llm_temperature=env.float("LLM_TEMPERATURE", 0.3, lo=0.0, hi=2.0),
             vad_silence_ms=vad_silence_ms(env),
@@ -202,6 +204,7 @@ class AgentConfig:
             drain_timeout_s=env.int("AGENT_DRAIN_TIMEOUT_S", 10, lo=1, hi=3600),
             max_sessions=max_sessions(env),
             cpu_limit=cpu_limit(env),
-            load_threshold=env.float("AGENT_LOAD_THRESHOLD", 0.9, lo=0.05, hi=1.0),
+            load_threshold=env.float("AGENT_LOAD_THRESHOLD", worker_defaults.AGENT_LOAD_THRESHOLD, lo=0.05,
+                                     hi=1.0),
             stats_path=env.str("AGENT_STATS_PATH", ""),
         )

@@ -63,6 +63,7 @@ from aiohttp import web
 from livekit import api
 from livekit.protocol.models import ParticipantInfo
 
+from common import worker_defaults
 from common.env import Env
 from token_server.config import ConfigError, ServerConfig
 
@@ -76,12 +77,6 @@ GONE = ParticipantInfo.State.DISCONNECTED
 API_TIMEOUT_S = 5.0
 WORKER_TIMEOUT_S = 1.0  # a worker's /worker answer; one that takes longer is counted as not answering
 FREE_POLL_S = 0.2  # during a caller's grace, while every worker is full: how often the workers are asked again
-#: the worker's AGENT_LOAD_THRESHOLD default (agent/config.py's AgentConfig.load_threshold, kept equal by
-#: tests/token_server/test_agent_guard.py)
-DEFAULT_LOAD_THRESHOLD = 0.9
-#: the worker's health port when AGENT_HTTP_PORT is unset (agent/config.py's AgentConfig.http_port, kept equal by
-#: tests/token_server/test_agent_guard.py)
-DEFAULT_AGENT_HTTP_PORT = 8081
 
 
 @dataclass(frozen=True)
@@ -95,13 +90,13 @@ class GuardConfig:
     retry_max_s: float = 5.0
     arrival_s: float = 15.0
     max_attempts: int = 300
-    worker_urls: tuple[str, ...] = (f"http://127.0.0.1:{DEFAULT_AGENT_HTTP_PORT}/worker",)
-    load_threshold: float = DEFAULT_LOAD_THRESHOLD  # a worker at this load is full (LiveKit offers it no call)
+    worker_urls: tuple[str, ...] = (f"http://127.0.0.1:{worker_defaults.AGENT_HTTP_PORT}/worker",)
+    load_threshold: float = worker_defaults.AGENT_LOAD_THRESHOLD  # a worker at this load is full: offered no call
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> GuardConfig:
         env = Env(environ, error=ConfigError)
-        port = env.int("AGENT_HTTP_PORT", DEFAULT_AGENT_HTTP_PORT, lo=1, hi=65535)
+        port = env.int("AGENT_HTTP_PORT", worker_defaults.AGENT_HTTP_PORT, lo=1, hi=65535)
         urls = env.str("AGENT_WORKER_URLS", f"http://127.0.0.1:{port}/worker")
         worker_urls = tuple(u.strip() for u in urls.split(",") if u.strip())
         for url in worker_urls:
@@ -118,7 +113,8 @@ class GuardConfig:
             retry_max_s=env.float("AGENT_RETRY_MAX_S", 5.0, lo=0.1, hi=3600.0),
             arrival_s=env.float("AGENT_ARRIVAL_S", 15.0, lo=1.0, hi=600.0),
             max_attempts=env.int("AGENT_GUARD_MAX_ATTEMPTS", 300, lo=1, hi=100_000),
-            load_threshold=env.float("AGENT_LOAD_THRESHOLD", DEFAULT_LOAD_THRESHOLD, lo=0.05, hi=1.0),
+            load_threshold=env.float("AGENT_LOAD_THRESHOLD", worker_defaults.AGENT_LOAD_THRESHOLD, lo=0.05,
+                                     hi=1.0),
         )
 
 
