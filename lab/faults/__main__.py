@@ -1,8 +1,14 @@
-"""`python -m lab.faults worker-kill|media-loss --out DIR`: fault drills on the real local stack.
+"""`python -m lab.faults worker-kill|media-loss|livekit-restart|tab-closed --out DIR`: fault drills, real stack.
 
   worker-kill --workers 2 --tries 10    a worker killed mid-reply, a second one running (target: heard within 5 s)
   worker-kill --workers 1 --tries 10    the only worker killed mid-reply (target: heard within 15 s)
   media-loss --cuts 5,30 --tries 1      the caller's network cut mid-reply for 5 s and for 30 s (needs root)
+  livekit-restart --tries 10            LiveKit's server restarted mid-call, the caller in Chromium (target: the
+                                        page's agent back within 5 s, no false "lost" notice, measured and
+                                        transcribed again)
+  tab-closed --tries 10                 a caller closes the tab mid-reply, the next joins at once, a one-call
+                                        worker, both in Chromium (target: the next caller's agent within 2 s of
+                                        Join, their question answered)
 
 Each starts the whole local stack (scripts/start_all.sh through lab/callbench/stack.py: LiveKit's own
 server, the token server with its agent guard, llama.cpp, the supervised worker), writes DIR/<drill>.json (every
@@ -75,7 +81,68 @@ async def media_loss(args: argparse.Namespace, out: Path) -> dict[str, Any]:
             await asyncio.to_thread(stack.stop)
 
 
+async def livekit_restart(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    from lab.faults import livekit_restart as drill
+
+    stack = LocalStack(out / "stack", **STACK_ENV)
+    await asyncio.to_thread(stack.start)
+    try:
+        report = await asyncio.to_thread(drill.run, stack, question(out), tries=args.tries, target_s=5.0)
+    finally:
+        await asyncio.to_thread(stack.stop)
+    gaps = [r["without_agent_ms"] for r in report["results"] if r["without_agent_ms"] is not None]
+    report["summary"] = {"without_agent_p50_ms": percentile(gaps, 50), "without_agent_max_ms": max(gaps, default=None),
+                         "false_lost": sum(r["false_lost"] for r in report["results"]),
+                         "stand_in_kept": sum(not r["same_agent"] for r in report["results"])}  # fmt: skip
+    return report
+
+
+async def tab_closed(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    from lab.faults import tab_closed as drill
+
+    stack = LocalStack(out / "stack", **{**STACK_ENV, **drill.STACK_ENV})
+    await asyncio.to_thread(stack.start)
+    try:
+        report = await asyncio.to_thread(drill.run, stack, question(out), tries=args.tries, target_s=2.0)
+    finally:
+        await asyncio.to_thread(stack.stop)
+    rows = report["results"]
+    agent = [r["agent_ms"] for r in rows if r["agent_ms"] is not None]
+    freed = [r["freed_ms"] for r in rows if r["freed_ms"] is not None]
+    report["summary"] = {"agent_p50_ms": percentile(agent, 50), "agent_max_ms": max(agent, default=None),
+                         "freed_p50_ms": percentile(freed, 50), "freed_max_ms": max(freed, default=None),
+                         "answered": sum(r["answered_ms"] is not None for r in rows)}  # fmt: skip
+    return report
+
+
 def table(name: str, report: dict[str, Any]) -> str:
+    if name == "tab-closed":
+        lines = [f"A caller closes the tab mid-reply, the next joins at once; one-call worker, both in Chromium. "
+                 f"Target: the next caller's agent within {report['target_ms'] / 1000:g} s of Join, their question "
+                 f"answered. {report['passed']}/{report['tries']} passed.", "",
+                 "| try | worker free after the close (ms) | next caller's Join after the close (ms) | agent after "
+                 "Join (ms) | answered after the agent came (ms) | ok |", "|---|---|---|---|---|---|"]
+        for r in report["results"]:
+            lines.append(f"| {r['try']} | {r['freed_ms']} | {r['joined_after_close_ms']} | {r['agent_ms']} | "
+                         f"{r['answered_ms']} | {'ok' if r['ok'] else 'FAIL'} |")
+        s = report["summary"]
+        lines += ["", f"agent after Join: P50 {s['agent_p50_ms']} ms, max {s['agent_max_ms']} ms; worker free: P50 "
+                      f"{s['freed_p50_ms']} ms, max {s['freed_max_ms']} ms; answered {s['answered']}/{report['tries']}"]
+        return "\n".join(lines) + "\n"
+    if name == "livekit-restart":
+        lines = [f"LiveKit's server restarted mid-call (the caller in Chromium); target: the page's agent back within "
+                 f"{report['target_ms'] / 1000:g} s, its own agent, no false \"lost\" notice, a new latency row and "
+                 f"transcript line. {report['passed']}/{report['tries']} passed.", "",
+                 "| try | restart (s) | without an agent (ms) | agents after | same agent | false \"lost\" | "
+                 "new row after (ms) | new line after (ms) | ok |", "|---|---|---|---|---|---|---|---|---|"]
+        for r in report["results"]:
+            lines.append(f"| {r['try']} | {r['restart_s']} | {r['without_agent_ms']} | {len(r['agents'])} | "
+                         f"{r['same_agent']} | {r['false_lost']} | {r['turn_ms']} | {r['line_ms']} | "
+                         f"{'ok' if r['ok'] else 'FAIL'} |")  # fmt: skip
+        s = report["summary"]
+        lines += ["", f"without an agent: P50 {s['without_agent_p50_ms']} ms, max {s['without_agent_max_ms']} ms; "
+                      f"false \"lost\" notices {s['false_lost']}; a stand-in kept {s['stand_in_kept']}"]  # fmt: skip
+        return "\n".join(lines) + "\n"
     if name == "worker-kill":
         lines = [f"Worker killed (SIGKILL) mid-reply, {report['workers']} worker(s); target: heard again within "
                  f"{report['target_ms'] / 1000:g} s. {report['passed']}/{report['tries']} passed.", "",
@@ -108,18 +175,21 @@ def main(argv: list[str] | None = None) -> int:
     kill.add_argument("--workers", type=int, choices=(1, 2), default=2)
     loss = sub.add_parser("media-loss", help="the caller's network cut mid-reply (needs root)")
     loss.add_argument("--cuts", default="5,30", help="cut lengths in seconds, comma separated (default 5,30)")
-    for p in (kill, loss):
-        p.add_argument("--tries", type=int, default=10 if p is kill else 1)
+    restart = sub.add_parser("livekit-restart", help="LiveKit's server restarted mid-call (a Chromium caller)")
+    closed = sub.add_parser("tab-closed", help="a tab closed mid-reply, the next caller at once (one-call worker)")
+    for p in (kill, loss, restart, closed):
+        p.add_argument("--tries", type=int, default=1 if p is loss else 10)
         p.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     started = dt.datetime.now(dt.UTC)
-    run = worker_kill if args.drill == "worker-kill" else media_loss
+    run = {"worker-kill": worker_kill, "media-loss": media_loss, "livekit-restart": livekit_restart,
+           "tab-closed": tab_closed}[args.drill]
     # a SIGTERM (timeout, Ctrl-C in a pipeline) unwinds like an exception: the stack is stopped, the namespace deleted
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     report = asyncio.run(run(args, out))
-    name = args.drill if args.drill == "media-loss" else f"worker-kill-{args.workers}"
+    name = f"worker-kill-{args.workers}" if args.drill == "worker-kill" else args.drill
     report.update(
         drill=args.drill, date=started.isoformat(timespec="seconds"), device=device(), versions=versions(),
         command="python -m lab.faults " + shlex.join(sys.argv[1:] if argv is None else argv),
