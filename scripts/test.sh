@@ -2,8 +2,8 @@
 # Set up if needed, then lint, type-check and run every test that works on a CPU (gpu tests skip without CUDA):
 #   scripts/test.sh [pytest arguments...]     e.g. `scripts/test.sh -m parity -x`, `scripts/test.sh tests/agent`
 # On a fresh 2-core machine the whole run took 31 min (2026-12-03: setup 4 min, pytest 26 min; docs/operations.md,
-# "Setup"); pytest prints its 25 slowest tests; long soak runs are `-m slow`. mypy checks the product packages ([tool.mypy]
-# in pyproject.toml): ~1 min of one core without its cache (.mypy_cache, ~150 MB), a few seconds with it.
+# "Setup"); pytest prints its 25 slowest tests; long soak runs are `-m slow`. mypy checks the product packages
+# ([tool.mypy] in pyproject.toml): ~1 min of one core without its cache (.mypy_cache, ~150 MB), a few seconds with it.
 # Settings: VENV (default .venv). pytest's own options: `.venv/bin/python -m pytest --help`.
 . "$(dirname "$0")/lib/help.sh" && show_help_if_asked "$0" "${1:-}"  # --help: the header above, nothing started
 set -euo pipefail
