@@ -16,8 +16,8 @@
 // "voice_agent.caller" attribute; a page whose person is not that one says so. Transcript lines are labelled by
 // the speaker's kind: you, the agent, or another caller (by name).
 // Notices say what is true now: "silent" mid-reply for SILENT_NOTICE_MS gets a notice that goes when the agent's
-// sound returns; an agent back after a loss is the same one (nothing lost) or a new one (asks to repeat), and that
-// notice goes once the agent answers again.
+// sound returns; an agent back after a loss is the same one (nothing lost) or a new one (asks to repeat, once it
+// has stayed NEW_AGENT_SETTLE_MS), and that notice goes once the agent answers again.
 // `window.voiceCall` exposes the live state for the browser tests and for debugging in the console.
 
 import { LevelMeters, PlaybackGate, WorkletLoadError } from "./audio.js";
@@ -32,7 +32,16 @@ const AGENT_RETURN_WAIT_MS = 30_000; // the agent was lost and none came back (t
 const AUDIO_SILENT_MS = 400; // "speaking" but no packet of its audio for this long: shown as silent
 const SILENT_NOTICE_MS = 2_000; // silent mid-reply this long, with no other explanation: the page says so
 const RESUMED_NOTICE_MS = 5_000; // "nothing was lost" is news for this long
+// Another agent arrived while ours was lost: say the conversation was lost only once it has stayed this long. After
+// LiveKit restarts, the page's new room can dispatch a stand-in before the call's own agent reconnects (~2 s later);
+// the stand-in then leaves (agent/one_agent.py) and the page's agent is back with nothing lost.
+const NEW_AGENT_SETTLE_MS = 3_000;
 const AUDIO_POLL_MS = 150;
+// When LiveKit's connection drops, livekit-client retries after these delays (each +/-50 % jitter; then it gives up
+// and the page says Disconnected). Its default (0, 0.3, 1.2, 2.7, 4.8, then 7 s) waits up to 4.8 s after a server
+// that restarts in ~4 s is back: 9.4 s without the agent, measured (lab/faults/livekit_restart.py). Every 0.6 s for
+// the first ~12 s, then every 2 s, about as long in all as the default (~42 s).
+const RECONNECT_DELAYS_MS = [0, 300, ...Array(20).fill(600), ...Array(15).fill(2_000)];
 const CALLER_ATTRIBUTE = "voice_agent.caller"; // whom the agent talks with (agent/callers.py)
 const TEXT = {
   waiting: "Connected. Waiting for the agent to join…",
@@ -141,6 +150,8 @@ class AgentWatch {
   constructor(room) {
     this.room = room;
     this.identity = null;
+    this.holder = null; // the agent that holds this page's conversation
+    this.missing = false; // that agent left and has not come back (nor has another taken over)
     this.presence = "waiting";
     this.state = null;
     this.shown = null;
@@ -162,23 +173,42 @@ class AgentWatch {
   arrived(p) {
     const wasLost = this.presence === "lost";
     clearTimeout(this.timer);
-    // its own connection came back: the session lives on. Also when a stand-in came first and left (after a LiveKit
-    // restart the page's new room can dispatch one before the call's agent is back; agent/one_agent.py sends it away)
-    const same = p.identity === this.lostIdentity;
+    clearTimeout(this.newAgentTimer);
+    // the agent that holds this page's conversation is back (its own connection: the session lives on), also when
+    // a stand-in came in between (after a LiveKit restart the page's new room can dispatch one before the call's
+    // agent is back; agent/one_agent.py sends it away)
+    const returning = this.missing && p.identity === this.holder;
     this.identity = p.identity;
     this.presence = "present";
     this.packets = 0;
     this.setState(p.attributes[AGENT_STATE] ?? "initializing");
     showAgentParts(p.attributes);
     this.callerChanged(p.attributes[CALLER_ATTRIBUTE]);
-    if (wasLost || same) {
-      notice("info", same ? TEXT.resumed : TEXT.back);
-      if (same) {
-        setTimeout(() => { if ($("notice").textContent === TEXT.resumed) notice("info", ""); }, RESUMED_NOTICE_MS);
-      }
-    } else if ([TEXT.waiting, TEXT.joinTimeout].includes($("notice").textContent)) {
+    if (returning) {
+      this.missing = false;
+      // It rejoined a room where this page already was (LiveKit restarted and the page came back first): the
+      // agent (LiveKit's Python SDK 1.1.21) then linked the caller again but never started reading the microphone,
+      // and heard nothing more (lab/faults/livekit_restart.py: 5 of 10 tries, 2026-12-03). Publishing the
+      // microphone again hands it a new publication; the cost is a brief gap in what the agent hears, once.
+      republishMic(this.room);
+      notice("info", TEXT.resumed);
+      setTimeout(() => { if ($("notice").textContent === TEXT.resumed) notice("info", ""); }, RESUMED_NOTICE_MS);
+    } else if (this.missing) {
+      // another agent while ours is missing: it holds the conversation (lost) once it stayed a moment or answers
       notice("info", "");
+      this.newAgentTimer = setTimeout(() => { if (this.identity === p.identity) this.tookOver(); },
+        NEW_AGENT_SETTLE_MS);
+    } else {
+      this.holder ??= p.identity; // the first agent of this call
+      if (!wasLost && [TEXT.waiting, TEXT.joinTimeout].includes($("notice").textContent)) notice("info", "");
     }
+  }
+
+  tookOver() {
+    clearTimeout(this.newAgentTimer);
+    this.holder = this.identity;
+    this.missing = false;
+    notice("info", TEXT.back);
   }
 
   // The agent says whom it talks with (agent/callers.py): another person here, or this page's.
@@ -192,9 +222,10 @@ class AgentWatch {
 
   left(p) {
     if (call.leaving || p.identity !== this.identity) return; // ours only (an older agent LiveKit drops late is not)
+    if (p.identity === this.holder) this.missing = true; // a stand-in that leaves changes nothing of that
     const other = [...this.room.remoteParticipants.values()].filter((q) => q.isAgent && q.identity !== p.identity).pop();
     if (other) return this.arrived(other);
-    this.lostIdentity = this.identity;
+    clearTimeout(this.newAgentTimer);
     this.identity = null;
     this.presence = "lost";
     this.state = null;
@@ -207,6 +238,11 @@ class AgentWatch {
     // a notice about what was lost is true until the conversation goes on: the agent thinks about a new question
     // (not "speaking": a new agent's first words are its own "I was cut off" line, before anything was repeated)
     if (state === "thinking" && [TEXT.back, TEXT.resumed].includes($("notice").textContent)) {
+      notice("info", "");
+    }
+    // a new agent that thinks about a question before its settle time holds the conversation from now on
+    if (state === "thinking" && this.missing && this.identity !== this.holder) {
+      this.tookOver();
       notice("info", "");
     }
     this.state = state;
@@ -287,6 +323,19 @@ async function startAudio() {
     if (!(err instanceof WorkletLoadError)) throw err;
     throw new UserFacingError(`${TEXT.serverDown} (${err.message}). Press Join again once it is back.`);
   }
+}
+
+// The microphone published again, the same track (not restarted): see AgentWatch.arrived.
+function republishMic(room) {
+  room.localParticipant.republishAllTracks(undefined, false).catch((err) => {
+    console.warn("publishing the microphone again failed", err);
+  });
+}
+
+// The microphone's meter (the page's own VAD, the latency table's "you") on the track's current MediaStreamTrack.
+function watchMic() {
+  call.watchers.get("mic")?.();
+  call.watchers.set("mic", call.meters.watchCapture(call.micTrack.mediaStreamTrack, onMicLevel));
 }
 
 async function openMic() {
@@ -460,12 +509,16 @@ async function join(event) {
   try {
     await startAudio();
     call.micTrack = await openMic();
-    call.watchers.set("mic", call.meters.watchCapture(call.micTrack.mediaStreamTrack, onMicLevel));
+    watchMic();
+    // livekit-client restarts the microphone (a new MediaStreamTrack) when it rejoins after LiveKit restarted:
+    // the meter follows it, or the page would go on metering the stopped one and measure no turn again
+    call.micTrack.on(LK.TrackEvent.Restarted, watchMic);
     const grant = await fetchToken();
     call.grant = { url: grant.url, room: grant.room, identity: grant.identity, expires_at: grant.expires_at };
     $("room-input").value = grant.room;
     const room = new LK.Room({
       adaptiveStream: false, dynacast: false, webAudioMix: { audioContext: call.meters.ctx },
+      reconnectPolicy: new LK.DefaultReconnectPolicy(RECONNECT_DELAYS_MS),
     });
     call.room = room;
     wireRoom(room);

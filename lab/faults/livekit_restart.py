@@ -2,8 +2,8 @@
 
 One try: the page (headless Chromium; its microphone a WAV that asks one question every ~14 s) joins a new room;
 once the agent speaks, `scripts/start_all.sh restart livekit` stops LiveKit (its drain, then SIGKILL) and starts it
-again. A poller inside the page records every change of the room's state, the agent's presence and identity and
-the page's notice, on the page's Unix clock (the machine's). Per try:
+again (in a thread), while the drill reads the page every 50 ms and keeps every change of the room's state, the
+agent's presence and identity, the page's notice and its latency rows and transcript lines (`page_log`). Per try:
 - `restart_s`: how long the restart command took;
 - `without_agent_ms`: from the page losing its agent (room not connected, or no agent present) to room and agent
   back; the target is 5 s;
@@ -14,34 +14,29 @@ the page's notice, on the page's Unix clock (the machine's). Per try:
 - `turn_ms`, `line_ms`: after the page is back, a new row in its latency table and a new agent line in its
   transcript (the conversation is measured and transcribed again); None when none came within `converse_s`, and
   then `page_state` holds what the page had at the end (its room, each agent's audio tracks, the gate, the meters).
+Each try ends with Leave, and the next starts once the worker runs no job: one call at a time.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import secrets
 import time
 from pathlib import Path
 from typing import Any
 
 from lab.callbench.browser import BrowserCall
+from lab.callbench.rtc_caller import worker_jobs
 from lab.callbench.stack import LocalStack
 
 LOST_NOTICE = "A new agent took over"  # web/app.js TEXT.back: the conversation was lost
 SPEAKING_JS = "() => window.voiceCall.agent?.shown === 'speaking'"
-COUNTS_JS = """() => [window.voiceCall.log.filter((r) => r.type === 'turn').length,
+# the page's room state, its agent's presence and identity, its notice, its latency rows and agent transcript lines
+ROW_JS = """() => [window.voiceCall.room?.state ?? null, window.voiceCall.agent?.presence ?? null,
+  window.voiceCall.agent?.identity ?? null, document.getElementById('notice').textContent,
+  window.voiceCall.log.filter((r) => r.type === 'turn').length,
   document.querySelectorAll('#transcript p.line.agent').length]"""
-# records each change of (room state, agent presence, agent identity, notice) with its Unix ms time
-WATCH_JS = """() => {
-  window.__faultlog = [];
-  let last = "";
-  setInterval(() => {
-    const c = window.voiceCall, a = c.agent;
-    const row = [c.room?.state ?? null, a?.presence ?? null, a?.identity ?? null,
-                 document.getElementById('notice').textContent];
-    const key = JSON.stringify(row);
-    if (key !== last) { last = key; window.__faultlog.push([performance.timeOrigin + performance.now(), ...row]); }
-  }, 50);
-}"""
+POLL_S = 0.05
 
 
 # what the page holds when it measured nothing after the restart: its room, the agents' tracks, the gate, the meters
@@ -52,33 +47,34 @@ STATE_JS = """() => {
     tracks: [...p.audioTrackPublications.values()].map((pub) => ({
       sid: pub.trackSid, subscribed: pub.isSubscribed, muted: pub.isMuted,
       live: pub.track?.mediaStreamTrack?.readyState ?? null })) })) : [];
+  const t = c.tracker;
   return { room: room?.state ?? null, people, gate_closed: c.gate?.closed ?? null,
            watchers: c.watchers ? [...c.watchers.keys()] : [], levels: c.levels, shown: c.agent?.shown ?? null,
-           log_types: c.log.map((r) => r.type).slice(-12) };
+           log_types: c.log.map((r) => r.type).slice(-12),
+           agent_audio: { audible: c.agentAudio?.audible, quiet_since: c.agentAudio?.quietSince },
+           mic_vad: { audible: c.vad?.audible, speaking: c.vad?.speaking, state: c.vad?.state },
+           tracker: { agent_audible: t?.agentAudible, pending_turn: t?.pendingTurn, barge_in_at: t?.bargeInAt } };
 }"""
 
 
-def _ms(a: float | None, b: float | None) -> float | None:
-    return None if a is None or b is None else round((b - a) * 1000.0)
-
-
-def summarize(log: list[list[Any]], restart_at_ms: float, original: str) -> dict[str, Any]:
-    """The page's record from the restart on: when it lost its agent and got it back, whom it followed, what it
-    said."""
-    after = [row for row in log if row[0] >= restart_at_ms]
-    gone = next((t for t, state, presence, _who, _n in after if state != "connected" or presence != "present"), None)
-    back = None
-    if gone is not None:
-        back = next((t for t, state, presence, _who, _n in after
-                     if t > gone and state == "connected" and presence == "present"), None)  # fmt: skip
-    notices = list(dict.fromkeys(n for *_, n in after if n))
-    agents = list(dict.fromkeys(who for _t, _s, _p, who, _n in after if who))
-    final = log[-1][3] if log else None
-    same = final == original
+def summarize(log: list[list[Any]], original: str) -> dict[str, Any]:
+    """From the page's rows (seconds since the restart began, then ROW_JS's fields, one row per change): when it lost
+    its agent and got it back, whom it followed, what it said, when it measured and transcribed again."""
+    gone_at = next((i for i, row in enumerate(log) if row[1] != "connected" or row[2] != "present"), None)
+    gone = None if gone_at is None else log[gone_at][0]
+    first = log[gone_at] if gone_at is not None else [0.0, None, None, None, "", 0, 0]  # the counts when it went
+    back = None if gone is None else next(
+        (row[0] for row in log if row[0] > gone and row[1] == "connected" and row[2] == "present"), None)
+    turn = None if back is None else next((row[0] for row in log if row[0] >= back and row[5] > first[5]), None)
+    line = None if back is None else next((row[0] for row in log if row[0] >= back and row[6] > first[6]), None)
+    notices = list(dict.fromkeys(row[4] for row in log if row[4]))
+    same = bool(log) and log[-1][3] == original
+    ms = lambda a, b: None if a is None or b is None else round((b - a) * 1000.0)  # noqa: E731 - a conversion
     return {
-        "without_agent_ms": None if gone is None or back is None else round(back - gone),
-        "agents": agents, "same_agent": same, "notices": notices,
+        "without_agent_ms": ms(gone, back), "agents": list(dict.fromkeys(row[3] for row in log if row[3])),
+        "same_agent": same, "notices": notices,
         "false_lost": same and any(n.startswith(LOST_NOTICE) for n in notices),
+        "turn_ms": ms(back, turn), "line_ms": ms(back, line),
     }  # fmt: skip
 
 
@@ -88,35 +84,40 @@ def restart_try(stack: LocalStack, wav: Path, *, index: int, converse_s: float =
     with BrowserCall(stack.page_url, wav) as call:
         call.join(room)
         call.wait_for(SPEAKING_JS, 120)
-        call.page.evaluate(WATCH_JS)
         original = call.page.evaluate("() => window.voiceCall.agent.identity")
-        turns, lines = call.page.evaluate(COUNTS_JS)
-        restart_at = time.time()
-        t0 = time.monotonic()
-        done = stack._start_all("restart", "livekit", timeout=120)
-        result["restart_s"] = round(time.monotonic() - t0, 1)
+        # the restart runs in a thread; this one (Playwright's) records every change the page shows meanwhile
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            t0 = time.monotonic()
+            restart = pool.submit(stack._start_all, "restart", "livekit", timeout=120)
+            log: list[list[Any]] = []
+            restart_s = None
+            while time.monotonic() - t0 < converse_s:
+                row = call.page.evaluate(ROW_JS)
+                now = time.monotonic() - t0
+                if not log or row != log[-1][1:]:
+                    log.append([round(now, 3), *row])
+                if restart_s is None and restart.done():
+                    restart_s = now
+                summary = summarize(log, original)
+                if restart_s is not None and summary["turn_ms"] is not None and summary["line_ms"] is not None:
+                    break
+                time.sleep(POLL_S)
+            done = restart.result()
+        result["restart_s"] = round(restart_s or time.monotonic() - t0, 1)
         result["restart_ok"] = done.returncode == 0
-        drain = [ln for ln in done.stdout.splitlines() if "draining" in ln or "drain" in ln]
+        drain = [ln for ln in done.stdout.splitlines() if "drain" in ln]
         result["restart_says"] = drain[-1].strip() if drain else None
-        deadline = time.monotonic() + converse_s
-        turn_at = line_at = None
-        while time.monotonic() < deadline and (turn_at is None or line_at is None):
-            now_turns, now_lines = call.page.evaluate(COUNTS_JS)
-            if turn_at is None and now_turns > turns:
-                turn_at = time.time()
-            if line_at is None and now_lines > lines:
-                line_at = time.time()
-            time.sleep(0.2)
-        log = call.page.evaluate("() => window.__faultlog")
-        result.update(summarize(log, restart_at * 1000.0, original))
-        back_at = next((row[0] / 1000.0 for row in log if row[0] >= restart_at * 1000.0 and row[1] == "connected"
-                        and row[2] == "present"), None)  # fmt: skip
-        result["turn_ms"] = _ms(back_at, turn_at)
-        result["line_ms"] = _ms(back_at, line_at)
-        if turn_at is None or line_at is None:  # for the reader of a failure: what the page held at the end
+        result.update(summarize(log, original))
+        result["page_log"] = log  # seconds since the restart began, then ROW_JS's fields: for the reader of a try
+        if result["turn_ms"] is None or result["line_ms"] is None:  # what the page held at the end
             result["page_state"] = call.page.evaluate(STATE_JS)
         result["problems"] = [p for p in call.problems
                               if "ERR_CONNECTION_REFUSED" not in p and "{room: " not in p][:5]  # fmt: skip
+        call.leave()
+    # the call ends before the next try (a closed browser may leave LiveKit to time the caller out, ~20 s)
+    deadline = time.monotonic() + 30
+    while worker_jobs(stack.ports["AGENT_HTTP_PORT"]) > 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
     return result
 
 

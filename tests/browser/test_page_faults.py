@@ -411,6 +411,39 @@ def test_an_agent_back_after_a_loss_gets_a_notice_true_to_what_was_lost(stack_pa
         agent.close()
 
 
+def test_a_stand_in_that_leaves_when_the_agent_is_back_raises_no_false_notice(stack_page, livekit) -> None:
+    """After a LiveKit restart the page's new room can dispatch a stand-in agent before the call's own agent has
+    reconnected; the stand-in leaves once it is back (agent/one_agent.py). The page says nothing was lost and never
+    that a new agent took over (it waits NEW_AGENT_SETTLE_MS before saying so)."""
+    context, base = stack_page
+    room = f"stand-in-{secrets.token_hex(3)}"
+    page = joined_page(context, base, room)
+    agent = FakeAgent(livekit, room, identity="agent-own")
+    stand_in = None
+    try:
+        page.wait_for_function("() => window.voiceCall.agent?.presence === 'present'")
+        page.evaluate("""() => { window.__notices = []; new MutationObserver(() => window.__notices.push(
+            document.getElementById('notice').textContent)).observe(document.getElementById('notice'),
+            { childList: true, characterData: true, subtree: true }); }""")
+        agent.close()
+        page.wait_for_function("() => window.voiceCall.agent?.presence === 'lost'")
+        stand_in = FakeAgent(livekit, room, identity="agent-stand-in")
+        page.wait_for_function("() => window.voiceCall.agent?.identity === 'agent-stand-in'")
+        agent = FakeAgent(livekit, room, identity="agent-own")  # back, about a second later
+        stand_in.close()
+        stand_in = None
+        text = wait_notice(page, "The agent is back")
+        assert text == "The agent is back; nothing was lost.", text
+        page.wait_for_timeout(3_500)  # past the settle time: the stand-in's notice must not come late
+        notices = page.evaluate("() => window.__notices")
+        assert not [n for n in notices if n.startswith("A new agent took over")], notices
+        assert page.evaluate("() => window.voiceCall.agent.identity") == "agent-own"
+    finally:
+        agent.close()
+        if stand_in is not None:
+            stand_in.close()
+
+
 def test_after_a_livekit_restart_the_call_goes_on_with_meters_and_transcript(stack_page, livekit) -> None:
     """LiveKit restarted mid-call (as `start_all.sh restart livekit`): the page and the agent reconnect to the new
     server; the meters that feed the latency table go on, transcript lines still show, and no notice claims

@@ -21,6 +21,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.call]
 
 SPEAKING_JS = "() => window.voiceCall.agent?.shown === 'speaking'"
 BACK_JS = "(old) => window.voiceCall.agent?.presence === 'present' && window.voiceCall.agent.identity !== old"
+NEW_AGENT_NOTICE_JS = "() => document.getElementById('notice').textContent.startsWith('A new agent took over')"
 
 
 def test_the_page_when_a_worker_dies_unnoticed(stack: LocalStack, question_wav: Path) -> None:
@@ -37,6 +38,8 @@ def test_the_page_when_a_worker_dies_unnoticed(stack: LocalStack, question_wav: 
             killed_at = time.time() * 1000.0
             os.killpg(group, signal.SIGKILL)  # the worker and its supervisor: nobody on the machine recovers it
             call.wait_for(BACK_JS, 90, arg=old)
+            # the page says what was lost once the new agent has stayed a moment (web/app.js NEW_AGENT_SETTLE_MS)
+            call.wait_for(NEW_AGENT_NOTICE_JS, 15)
             history = call.page.evaluate("() => window.voiceCall.agent.history")
             notice = call.snapshot()["notice"]
             problems = list(call.problems)
