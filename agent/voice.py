@@ -68,6 +68,13 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("agent.voice")
 
+#: When the session closes, how long LiveKit waits for the last utterance's transcript after the audio is detached
+#: (its default: 2 s). A call closes because its caller left, a LiveKit restart outlasted their return, or the worker
+#: stops: nobody waits for an answer, and the 2 s kept the call slot taken (measured 2026-12-03: "input stream
+#: detached" to "session closed" 2.0 s, the next caller of a one-call worker waiting on it). The cost: words said
+#: in the last moment before hanging up may miss the trace.
+SESSION_CLOSE_TRANSCRIPT_S = 0.2
+
 
 def _speech_of_node(agent: Agent) -> str:
     """The id of the speech whose task runs the calling node."""
@@ -306,6 +313,7 @@ class Call:
             tts=self.tts,
             turn_handling=session_turn_handling(turn, self.end_of_turn),
             aec_warmup_duration=warmup if warmup and warmup > 0 else None,
+            session_close_transcript_timeout=SESSION_CLOSE_TRANSCRIPT_S,
             conn_options=SessionConnectOptions(
                 stt_conn_options=retried(timeout=cfg.stt_timeout_s),
                 llm_conn_options=retried(timeout=cfg.llm_timeout_s),

@@ -37,7 +37,7 @@ def test_a_closed_tab_frees_the_one_call_worker_for_the_next_caller(
     print(r)
     assert r["freed_ms"] is not None and r["freed_ms"] < 6000, r  # was ~22 s: LiveKit held the closed tab
     assert r["agent_ms"] is not None and r["agent_ms"] < 12000, r  # was 13.5 s after the join
-    assert r["answered_ms"] is not None, r  # the next caller's question is answered
+    assert r["answered_ms"] is not None, r  # the next caller is answered (the worker's trace)
     # the guard never said "none registered?" while the one worker was busy
     assert not [line for line in r["guard"] if "none registered" in line], r
     assert r["problems"] == [], r
