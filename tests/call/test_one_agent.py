@@ -56,7 +56,7 @@ async def test_a_room_dispatched_again_while_its_agent_joins_late_keeps_one_agen
         jobs_taken = log.read_text(errors="replace").count("slow agent took job AJ_")
         assert jobs_taken >= 2, "no second job reached the worker: the test saw no second agent to turn away"
         try:  # each later job's agent joins JOIN_DELAY_S after it was taken, sees the first one, and leaves
-            await asyncio.to_thread(wait_for_line, log, "joined it first; job", 30, count=jobs_taken - 1)
+            await asyncio.to_thread(wait_for_line, log, "holds its call; job", 30, count=jobs_taken - 1)
         except TimeoutError:
             agents = await agents_in(lk, "twice")
             pytest.fail(f"{jobs_taken} jobs taken and not every later one left: {len(agents)} agents in the "
@@ -69,7 +69,7 @@ async def test_a_room_dispatched_again_while_its_agent_joins_late_keeps_one_agen
             agents = await agents_in(lk, "twice")
             assert agents == [caller.agent_identity], f"{len(agents)} agents in the caller's room: {agents}"
             await asyncio.sleep(0.5)
-        leaving = re.findall(r"room twice: agent (\S+) joined it first; job (AJ_\w+) leaves",
+        leaving = re.findall(r"room twice: agent (\S+) holds its call; job (AJ_\w+) leaves",
                              log.read_text(errors="replace"))  # fmt: skip
         assert {first for first, _ in leaving} == {caller.agent_identity}, leaving
         assert len({job for _, job in leaving}) == jobs_taken - 1, leaving
