@@ -1,4 +1,4 @@
-"""`python -m lab.faults worker-kill|media-loss|livekit-restart|tab-closed --out DIR`: fault drills, real stack.
+"""`python -m lab.faults DRILL --out DIR`: fault drills on the real local stack (DRILL below).
 
   worker-kill --workers 2 --tries 10    a worker killed mid-reply, a second one running (target: heard within 5 s)
   worker-kill --workers 1 --tries 10    the only worker killed mid-reply (target: heard within 15 s)
@@ -9,6 +9,10 @@
   tab-closed --tries 10                 a caller closes the tab mid-reply, the next joins at once, a one-call
                                         worker, both in Chromium (target: the next caller's agent within 2 s of
                                         Join, their first question answered)
+  worker-freeze --tries 10 --stop-s 10  the worker SIGSTOPped mid-reply, the caller in Chromium (target: the stall
+                                        logged within 2 s of SIGCONT, a page notice while silent)
+  token-down --tries 10                 the token server down when a fresh page presses Join, then back (target:
+                                        a clear notice, then Join works without a reload)
 
 Each starts the whole local stack (scripts/start_all.sh through lab/callbench/stack.py: LiveKit's own
 server, the token server with its agent guard, llama.cpp, the supervised worker), writes DIR/<drill>.json (every
@@ -115,7 +119,41 @@ async def tab_closed(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     return report
 
 
+async def browser_drill(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """worker-freeze and token-down: the whole stack, the caller in Chromium."""
+    from lab.faults import token_down, worker_freeze
+
+    stack = LocalStack(out / "stack", **STACK_ENV)
+    await asyncio.to_thread(stack.start)
+    try:
+        if args.drill == "worker-freeze":
+            return await asyncio.to_thread(worker_freeze.run, stack, question(out), tries=args.tries,
+                                           stop_s=args.stop_s)  # fmt: skip
+        return await asyncio.to_thread(token_down.run, stack, question(out), tries=args.tries)
+    finally:
+        await asyncio.to_thread(stack.stop)
+
+
 def table(name: str, report: dict[str, Any]) -> str:
+    if name == "worker-freeze":
+        lines = [f"The worker SIGSTOPped {report['stop_s']:g} s mid-reply, the caller in Chromium; target: the stall "
+                 f"logged within 2 s of SIGCONT, naming the whole process, a page notice while silent, the same agent "
+                 f"after. {report['passed']}/{report['tries']} passed.", "",
+                 "| try | page notice after SIGSTOP (ms) | stall logged after SIGCONT (ms) | whole process named | "
+                 "notice gone after SIGCONT (ms) | same agent | ok |", "|---|---|---|---|---|---|---|"]
+        for r in report["results"]:
+            lines.append(f"| {r['try']} | {r['noticed_ms']} | {r['logged_ms']} | {r['named']} | {r['cleared_ms']} | "
+                         f"{r['same_agent']} | {'ok' if r['ok'] else 'FAIL'} |")
+        return "\n".join(lines) + "\n"
+    if name == "token-down":
+        lines = [f"The token server down when a fresh page presses Join, then back, in Chromium; target: a clear "
+                 f"notice, then Join works without a reload. {report['passed']}/{report['tries']} passed.", "",
+                 "| try | the page said | Join again without reload | agent after it (ms) | ok |",
+                 "|---|---|---|---|---|"]
+        for r in report["results"]:
+            said = r.get("notice", "").split(":")[0]
+            lines.append(f"| {r['try']} | {said} | {r['rejoined']} | {r['agent_ms']} | {'ok' if r['ok'] else 'FAIL'} |")
+        return "\n".join(lines) + "\n"
     if name == "tab-closed":
         lines = [f"A caller closes the tab mid-reply, the next joins at once; one-call worker, both in Chromium. "
                  f"Target: the next caller's agent within {report['target_ms'] / 1000:g} s of Join, their question "
@@ -179,7 +217,10 @@ def main(argv: list[str] | None = None) -> int:
     loss.add_argument("--cuts", default="5,30", help="cut lengths in seconds, comma separated (default 5,30)")
     restart = sub.add_parser("livekit-restart", help="LiveKit's server restarted mid-call (a Chromium caller)")
     closed = sub.add_parser("tab-closed", help="a tab closed mid-reply, the next caller at once (one-call worker)")
-    for p in (kill, loss, restart, closed):
+    freeze = sub.add_parser("worker-freeze", help="the worker SIGSTOPped mid-reply (a Chromium caller)")
+    freeze.add_argument("--stop-s", type=float, default=10.0, help="how long the worker stays stopped (default 10)")
+    down = sub.add_parser("token-down", help="the token server down at a fresh page's Join, then back (Chromium)")
+    for p in (kill, loss, restart, closed, freeze, down):
         p.add_argument("--tries", type=int, default=1 if p is loss else 10)
         p.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
@@ -187,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     started = dt.datetime.now(dt.UTC)
     run = {"worker-kill": worker_kill, "media-loss": media_loss, "livekit-restart": livekit_restart,
-           "tab-closed": tab_closed}[args.drill]
+           "tab-closed": tab_closed, "worker-freeze": browser_drill, "token-down": browser_drill}[args.drill]
     # a SIGTERM (timeout, Ctrl-C in a pipeline) unwinds like an exception: the stack is stopped, the namespace deleted
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     report = asyncio.run(run(args, out))

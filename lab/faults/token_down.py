@@ -1,0 +1,75 @@
+"""The token server down when a fresh page presses Join, then back (issue 43), in Chromium on the whole local stack.
+
+One try: a fresh page loads (from the token server, which also serves the page); the token server is stopped
+(`start_all.sh stop token`); Join must fail with a clear notice; the token server is started again; Join again,
+without a reload, must connect and get an agent. Measured:
+- `notice`: what the page said while the token server was down;
+- `rejoined`: the second Join connected, on the same page (no reload);
+- `agent_ms`: from the second Join until an agent is present.
+Each try ends with Leave, and the next starts once the worker runs no job.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+from lab.callbench.browser import BrowserCall
+from lab.callbench.rtc_caller import worker_jobs
+from lab.callbench.stack import LocalStack
+
+NOTICE_JS = "() => document.getElementById('notice').textContent"
+ERROR_JS = "() => document.querySelector('#notice.error') !== null && !document.getElementById('join').disabled"
+CONNECTED_JS = "() => document.getElementById('status').textContent.startsWith('connected')"
+PRESENT_JS = "() => window.voiceCall.agent?.presence === 'present'"
+
+
+def down_try(stack: LocalStack, wav: Path, *, index: int) -> dict[str, Any]:
+    room = f"token-down-{index}-{secrets.token_hex(3)}"
+    result: dict[str, Any] = {"try": index, "room": room}
+    with BrowserCall(stack.page_url, wav) as call:
+        call.page.fill("#room-input", room)
+        stopped = stack._start_all("stop", "token", timeout=60)
+        result["stopped"] = stopped.returncode == 0
+        try:
+            call.page.click("#join")
+            call.wait_for(ERROR_JS, 30)
+            result["notice"] = call.page.evaluate(NOTICE_JS)
+        finally:
+            started = stack._start_all("start", "token", timeout=120)
+            result["restarted"] = started.returncode == 0
+        joined = time.monotonic()
+        call.page.click("#join")
+        try:
+            call.wait_for(CONNECTED_JS, 30)
+            call.wait_for(PRESENT_JS, 30)
+            result["rejoined"] = True
+            result["agent_ms"] = round((time.monotonic() - joined) * 1000.0)
+        except Exception as exc:  # noqa: BLE001 - a failed try is recorded with what the page said, not raised
+            said = call.page.evaluate(NOTICE_JS)
+            result.update(rejoined=False, agent_ms=None, failure=f"{type(exc).__name__}: the page says {said!r}")
+        result["problems"] = [p for p in call.problems if "ERR_CONNECTION_REFUSED" not in p][:5]
+        if result["rejoined"]:
+            call.leave()
+    end = time.monotonic() + 30
+    while worker_jobs(stack.ports["AGENT_HTTP_PORT"]) > 0 and time.monotonic() < end:
+        time.sleep(0.2)
+    return result
+
+
+def passed(r: dict[str, Any]) -> bool:
+    return bool(r["stopped"] and r["restarted"] and r.get("notice", "").startswith("Token server unreachable")
+                and r["rejoined"])  # fmt: skip
+
+
+def run(stack: LocalStack, wav: Path, *, tries: int) -> dict[str, Any]:
+    results = []
+    for i in range(1, tries + 1):
+        r = down_try(stack, wav, index=i)
+        r["ok"] = passed(r)
+        results.append(r)
+        print(f"[faults] token-down try {i}/{tries}: said {r.get('notice', '')[:60]!r}; Join again without reload: "
+              f"{r['rejoined']}, agent {r['agent_ms']} ms after it; {'ok' if r['ok'] else 'FAIL'}", flush=True)
+    return {"tries": tries, "results": results, "passed": sum(r["ok"] for r in results)}
