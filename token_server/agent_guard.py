@@ -31,8 +31,8 @@ Contract
 - What "taken" can see: LiveKit's ListDispatch shows a dispatch's job only once its agent has joined the room
   (livekit-server 1.13.5, seen 2026-11-28 by polling ListDispatch; tests/call/test_one_agent.py relies on it).
   A worker that took the job but joins late (a loaded host) looks untaken, so the guard may dispatch a room that
-  already has an agent on its way. The worker makes that harmless: the first agent of ours to join keeps the
-  room and each later one leaves at once, without a word (agent/one_agent.py).
+  already has an agent on its way. The worker makes that harmless: the agent of ours whose call began first (else
+  the first to join) keeps the room and each later one leaves at once, without a word (agent/one_agent.py).
 - Why no worker took a dispatch: LiveKit's API does not say, so the guard asks the workers themselves (LiveKit's
   agent SDK serves `GET /worker` on each worker's health port: its agent name, load and jobs, as protobuf JSON
   that leaves out a field at 0), at the addresses
