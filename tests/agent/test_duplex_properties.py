@@ -296,7 +296,8 @@ def test_the_starvation_clock_counts_a_stopped_process_not_a_blocked_loop() -> N
     # it before it reports (a CI run read 0.0 once, the report made before the stop)
     child = subprocess.Popen(
         [sys.executable, "-c", "import sys\nfrom tests.agent.duplex_harness import StarvationClock\n"
-         "c = StarvationClock(); print('ready', flush=True); sys.stdin.readline(); print(c.lost_s(), flush=True)"],
+         "c = StarvationClock(); print('ready', flush=True)\n"
+         "for _ in sys.stdin: print(c.lost_s(), flush=True)"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2],
     )  # fmt: skip
     try:
@@ -307,10 +308,14 @@ def test_the_starvation_clock_counts_a_stopped_process_not_a_blocked_loop() -> N
         time.sleep(0.6)
         child.send_signal(signal.SIGCONT)
         stopped = time.monotonic() - t0
-        time.sleep(0.1)  # the clock's thread notes the late wake-up
-        child.stdin.write("report\n")
-        child.stdin.flush()
-        lost = float(child.stdout.readline())
+        # the clock's thread notes the late wake-up when it next runs: on a loaded box that can take a while (a CI run
+        # of 2026-12-03 read 0.0 after 0.1 s), so ask until it has, for up to 5 s
+        lost, deadline = 0.0, time.monotonic() + 5.0
+        while lost == 0.0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+            child.stdin.write("report\n")
+            child.stdin.flush()
+            lost = float(child.stdout.readline())
     finally:
         child.kill()
         child.wait()
