@@ -129,6 +129,14 @@ def worker_jobs(health_port: int) -> int:
     return int(worker_info(health_port).get("active_jobs", 0))
 
 
+def until_no_jobs(health_port: int, timeout: float = 30.0) -> int:
+    """Block until the worker on `health_port` runs no job, at most `timeout` s; the jobs still running (0 = idle)."""
+    deadline = time.monotonic() + timeout
+    while (jobs := worker_jobs(health_port)) > 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return jobs
+
+
 async def wait_for_jobs(health_port: int, want: int, timeout: float = 60.0) -> None:
     """Until the worker on `health_port` runs exactly `want` jobs; AssertionError after `timeout` seconds."""
     deadline = time.monotonic() + timeout

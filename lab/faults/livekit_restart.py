@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.callbench.browser import BrowserCall
-from lab.callbench.rtc_caller import worker_jobs
+from lab.callbench.rtc_caller import until_no_jobs
 from lab.callbench.stack import LocalStack
 
 LOST_NOTICE = "A new agent took over"  # web/app.js TEXT.back: the conversation was lost
@@ -114,10 +114,7 @@ def restart_try(stack: LocalStack, wav: Path, *, index: int, converse_s: float =
         result["problems"] = [p for p in call.problems
                               if "ERR_CONNECTION_REFUSED" not in p and "{room: " not in p][:5]  # fmt: skip
         call.leave()
-    # the call ends before the next try (a closed browser may leave LiveKit to time the caller out, ~20 s)
-    deadline = time.monotonic() + 30
-    while worker_jobs(stack.ports["AGENT_HTTP_PORT"]) > 0 and time.monotonic() < deadline:
-        time.sleep(0.2)
+    until_no_jobs(stack.ports["AGENT_HTTP_PORT"])  # the call ends before the next try
     return result
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.callbench.browser import BrowserCall
-from lab.callbench.rtc_caller import worker_jobs
+from lab.callbench.rtc_caller import until_no_jobs
 from lab.callbench.stack import LocalStack
 
 SPEAKING_JS = "() => window.voiceCall.agent?.shown === 'speaking'"
@@ -78,9 +78,7 @@ def closed_try(stack: LocalStack, wav: Path, *, index: int, listen_s: float = 20
             time.sleep(0.05)
         result["problems"] = list(nxt.problems)[:5]
         nxt.leave()
-    end = time.monotonic() + 30
-    while worker_jobs(stack.ports["AGENT_HTTP_PORT"]) > 0 and time.monotonic() < end:
-        time.sleep(0.2)  # the next caller's call ends: its records are written
+    until_no_jobs(stack.ports["AGENT_HTTP_PORT"])  # the next caller's call ends: its records are written
     freed_unix, answered_unix = _closed_at(stack, first_room), _answered_at(stack, next_room)
     unix_ms = lambda t0, t: None if t is None else round((t - t0) * 1000.0)  # noqa: E731 - a one-line conversion
     result.update(freed_ms=unix_ms(closed_unix, freed_unix), joined_after_close_ms=_ms(closed, joined),

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.callbench.browser import BrowserCall
-from lab.callbench.rtc_caller import worker_jobs
+from lab.callbench.rtc_caller import until_no_jobs
 from lab.callbench.stack import LocalStack
 
 NOTICE_JS = "() => document.getElementById('notice').textContent"
@@ -53,9 +53,7 @@ def down_try(stack: LocalStack, wav: Path, *, index: int) -> dict[str, Any]:
         result["problems"] = [p for p in call.problems if "ERR_CONNECTION_REFUSED" not in p][:5]
         if result["rejoined"]:
             call.leave()
-    end = time.monotonic() + 30
-    while worker_jobs(stack.ports["AGENT_HTTP_PORT"]) > 0 and time.monotonic() < end:
-        time.sleep(0.2)
+    until_no_jobs(stack.ports["AGENT_HTTP_PORT"])  # the call ends before the next try
     return result
 
 

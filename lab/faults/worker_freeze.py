@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.callbench.browser import BrowserCall
-from lab.callbench.rtc_caller import worker_jobs
+from lab.callbench.rtc_caller import until_no_jobs
 from lab.callbench.stack import LocalStack
 
 SPEAKING_JS = "() => window.voiceCall.agent?.shown === 'speaking'"
@@ -76,9 +76,7 @@ def freeze_try(stack: LocalStack, wav: Path, *, index: int, stop_s: float) -> di
                       same_agent=call.page.evaluate("() => window.voiceCall.agent.identity") == agent)
         result["problems"] = list(call.problems)[:5]
         call.leave()
-    end = time.monotonic() + 30
-    while worker_jobs(stack.ports["AGENT_HTTP_PORT"]) > 0 and time.monotonic() < end:
-        time.sleep(0.2)
+    until_no_jobs(stack.ports["AGENT_HTTP_PORT"])  # the call ends before the next try
     return result
 
 
