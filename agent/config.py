@@ -12,10 +12,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from agent.local.defaults import LOCAL_LLM_MODEL, local_livekit_url, local_llm_url
+from agent.local.defaults import local_livekit_url, local_llm_url
 from agent.turn.options import TurnMode, TurnOptions
 from common import worker_defaults
 from common.env import ConfigError, Env
+from local_llm import LOCAL_LLM_MODEL
 
 T = TypeVar("T")
 
@@ -108,7 +109,7 @@ class AgentConfig:
     llm_base_url: str = "http://127.0.0.1:8012/v1"
     llm_model: str = LOCAL_LLM_MODEL
     llm_api_key: str = "EMPTY"
-    llm_default: bool = True  # LLM_BASE_URL was empty: the local llama.cpp server (agent/local/llm_server.py)
+    llm_default: bool = True  # LLM_BASE_URL was empty: the local llama.cpp server (local_llm/)
     stt_base_url: str = ""  # "" = faster-whisper in this process (agent/local/)
     stt_model: str = "qwen3-omni"
     llm_max_tokens: int = 150

@@ -18,6 +18,10 @@ from __future__ import annotations
 import os
 import sys
 
+#: the nice value added to the embedded models' compute on a CPU (llama.cpp's process, whisper's thread; the TTS
+#: engine has its own TTS_DEEP_STREAM_CPU_NICE): on the CPU they share with WebRTC, audio must win
+COMPUTE_NICE = 10
+
 
 def lower_thread(tid: int | None, nice: int) -> bool:
     if nice <= 0 or tid is None or not sys.platform.startswith("linux"):
@@ -30,4 +34,4 @@ def lower_thread(tid: int | None, nice: int) -> bool:
     return True
 
 
-__all__ = ["lower_thread"]
+__all__ = ["COMPUTE_NICE", "lower_thread"]

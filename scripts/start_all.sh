@@ -4,7 +4,7 @@
 # Services, in start order (stop runs in reverse):
 #   livekit    local LiveKit server (built by setup.sh)            when LIVEKIT_URL is empty (embedded default)
 #   llm        local vLLM (scripts/run_llm_server.sh)              only when LLM_LOCAL=1
-#   local_llm  llama.cpp + SmolLM2 (python -m agent.local.llm_server) when LLM_BASE_URL is empty and LLM_LOCAL!=1
+#   local_llm  llama.cpp + SmolLM2 (python -m local_llm) when LLM_BASE_URL is empty and LLM_LOCAL!=1
 #   tts        standalone TTS server (scripts/run_tts_server.sh)   only when TTS_STANDALONE=1
 #   token      token + web server (python -m token_server)         unless TOKEN_SERVER=0
 #   agent      LiveKit agent worker (python -m agent start) under scripts/run_worker.sh, which restarts it when
@@ -111,7 +111,7 @@ svc_cmd() {
       echo "${LIVEKIT_CMD:-$LIVEKIT_BIN --config $RUN_DIR/livekit.yaml --key-file $RUN_DIR/livekit-keys.yaml \
 --port $LIVEKIT_PORT --rtc.tcp_port $LIVEKIT_TCP_PORT --rtc.port_range_start $LIVEKIT_UDP_START \
 --rtc.port_range_end $LIVEKIT_UDP_END}" ;;
-    local_llm) echo "${LOCAL_LLM_CMD:-$PYTHON -m agent.local.llm_server --port $LOCAL_LLM_PORT}" ;;
+    local_llm) echo "${LOCAL_LLM_CMD:-$PYTHON -m local_llm --port $LOCAL_LLM_PORT}" ;;
     llm) echo "${LLM_CMD:-bash scripts/run_llm_server.sh}" ;;
     tts) echo "${TTS_CMD:-bash scripts/run_tts_server.sh --pid-file $RUN_DIR/tts_server.pid}" ;;
     token)

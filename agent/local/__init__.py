@@ -7,7 +7,7 @@ same interface, so `scripts/demo.sh` gives a working call on a fresh machine:
 | part    | configured by               | embedded default                                                  |
 |---------|-----------------------------|-------------------------------------------------------------------|
 | LiveKit | `LIVEKIT_URL`               | LiveKit's own server, built by setup, run by start_all (livekit)  |
-| LLM     | `LLM_BASE_URL`              | llama.cpp's OpenAI server with SmolLM2-135M (`llm_server.py`)     |
+| LLM     | `LLM_BASE_URL`              | llama.cpp's OpenAI server with SmolLM2-135M (`local_llm/`, a service) |
 | STT     | `STT_BASE_URL` (else LLM's) | faster-whisper tiny.en in the worker process (`whisper_stt.py`)   |
 | TTS     | `TTS_DEEP_STREAM_MODEL_DIR` | a random-weight checkpoint generated once (`defaults.py`; babbles) |
 

@@ -19,14 +19,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from common.env import ConfigError
+from local_llm import LOCAL_LLM_PORT
 
 logger = logging.getLogger("agent.local")
 
 ROOT = Path(__file__).resolve().parents[2]
-LOCAL_LLM_MODEL = "smollm2-135m-instruct"
-# nice value added to the embedded models' compute (llama.cpp's process, whisper's thread; the TTS engine has
-# TTS_DEEP_STREAM_CPU_NICE): on the CPU they share with WebRTC, audio must win (common/niceness.py)
-COMPUTE_NICE = 10
 DEFAULT_CHECKPOINT_DIR = ROOT / "checkpoints" / "random-tiny"
 RANDOM_WEIGHTS_WARNING = (
     "TTS_DEEP_STREAM_MODEL_DIR is not set: speaking with a random-weight checkpoint ({path}); the voice "
@@ -45,7 +42,7 @@ def _port(env: Mapping[str, str], name: str, default: int) -> int:
 
 def local_llm_url(env: Mapping[str, str] | None = None) -> str:
     env = os.environ if env is None else env
-    return f"http://127.0.0.1:{_port(env, 'LOCAL_LLM_PORT', 8012)}/v1"
+    return f"http://127.0.0.1:{_port(env, 'LOCAL_LLM_PORT', LOCAL_LLM_PORT)}/v1"
 
 
 def local_livekit_url(env: Mapping[str, str] | None = None) -> str:

