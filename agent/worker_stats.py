@@ -1,26 +1,23 @@
 """What the worker measures about itself: one sampler thread per process (agent/worker.py starts it at its first
 load check).
 
-- Every second a record: the process's CPU (user+sys) and CPU per thread grouped by name (Python's name where
-  Python started the thread, else the kernel's `comm`), the host's busy share of the cores this process may use,
-  RSS, GC pauses (`gc.callbacks`), the lag of every call's event loop (a `LoopProbe` per job loop: under the THREAD
-  executor each call has its own loop in its own thread), and what the worker gives it: calls, engine streams and
-  the load it last reported to LiveKit.
-- `cpu_cores(window_s)` / `host_busy(window_s)`: this process's CPU in cores and the host's busy share over the
-  last seconds; the load's CPU term reads the first.
+- Every second a record: the process's CPU (user+sys), its child processes' CPU, and CPU per thread grouped by
+  name (Python's name where Python started the thread, else the kernel's `comm`), the host's busy share of the
+  cores this process may use (common/cpu.py), RSS, GC pauses (`gc.callbacks`), the lag of every call's event loop
+  (a `LoopProbe` per job loop, common/loop_watch.py: under the THREAD executor each call has its own loop in its
+  own thread), and what the worker gives it: calls, engine streams and the load it last reported to LiveKit.
+- `cpu_cores(window_s)` / `host_busy(window_s)`: the worker's CPU in cores (this process and its child processes:
+  a PROCESS worker's calls run there) and the host's busy share over the last seconds; the load's CPU term reads
+  the first.
 - With a path (`AGENT_STATS_PATH`) each record is appended there as one JSON line; docs/operations.md gives the
   format ("The worker's stats file"). Each line carries its own cost (`sampler_ms`).
-- `usable_cores()`: the cores this process may use (`NUM_CPUS`, else its CPU affinity capped by a cgroup quota).
-- Stall watchdog: every `LoopProbe` (each call's loop, and the worker's own loop: `watch_loop(name="worker")`) logs
-  a WARNING from its loop once the loop runs again after a stall of `STALL_LOG_S` or more (0.2 s after the stall's
-  end), saying for how long and what the loop's thread did meanwhile: it ran (something blocked the loop), the
-  whole process ran nothing (stopped: SIGSTOP, a suspended VM; or starved of CPU: `PauseClock`, a thread that
-  ticks every 0.1 s, was paused as long), or it waited while the process ran (the GIL, a lock, blocking I/O).
-  The sampler thread checks every second for a loop that is still stalled: past `STALL_RESTART_S` while the
-  process itself runs, it logs an ERROR with every thread's stack and exits with `STALL_EXIT_STATUS`, so the
-  supervisor (scripts/run_worker.sh) restarts the worker and recovers its calls. `stalls()` gives the health
-  endpoint the stalls seen (agent/worker.py).
+- Stall watchdog: `watch_loop(name)` puts a `LoopProbe` on the running loop (each call's, and the worker's own:
+  "worker"), which logs each stall with its cause. The sampler thread checks every second for a loop that is still
+  stalled: past `STALL_RESTART_S` while the process itself runs, it logs an ERROR with every thread's stack and
+  exits with `STALL_EXIT_STATUS`, so the supervisor (scripts/run_worker.sh) restarts the worker and recovers its
+  calls. `stalls()` gives the health endpoint the stalls seen (agent/worker.py).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -42,182 +39,17 @@ from typing import Any
 
 import numpy as np
 
+from common.cpu import TICK_S, Counters, counters, read_threads, rss_mb, usable_cores
+from common.loop_watch import LoopProbe, Stall
+
 logger = logging.getLogger("agent.worker_stats")
 
 SAMPLE_PERIOD_S = 1.0
-#: how often a loop probe wakes: 20 wakes a second per call; a stall is seen whenever a wake falls inside it,
-#: so every stall of 50 ms or more, and a stall of d ms with probability d/50
-PROBE_PERIOD_S = 0.05
 LATE_LAG_MS = 20.0  # one audio frame: a loop that stalled this long sent that call's frame late
-#: a loop that ran nothing for this long is logged as stalled (the caller hears a gap of about as long)
-STALL_LOG_S = 1.0
 #: a loop still stalled after this long, in a process that runs, is not coming back: the worker exits for a restart
 STALL_RESTART_S = 30.0
 STALL_EXIT_STATUS = 70  # EX_SOFTWARE: scripts/run_worker.sh restarts a worker that exits with it
-_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
-_PAGE = os.sysconf("SC_PAGE_SIZE")
 _NUMBERED = re.compile(r"[-_]\d+")  # "Thread-7 (run)" and "asyncio_3" are one kind of thread each
-
-
-def usable_cores() -> float:
-    """Cores this process may use: `NUM_CPUS` (LiveKit's override) or its CPU affinity, capped by a cgroup
-    CPU quota (v2 `cpu.max`, v1 `cpu.cfs_quota_us`) when there is one."""
-    if raw := os.environ.get("NUM_CPUS"):
-        return float(raw)
-    cores = float(len(os.sched_getaffinity(0)))
-    for quota_file, period_file in (
-        ("/sys/fs/cgroup/cpu.max", None),
-        ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "/sys/fs/cgroup/cpu/cpu.cfs_period_us"),
-    ):
-        try:
-            parts = Path(quota_file).read_text().split()
-            if period_file is not None:
-                parts.append(Path(period_file).read_text().strip())
-            if parts[0] not in ("max", "-1") and len(parts) > 1 and float(parts[1]) > 0:
-                return min(cores, float(parts[0]) / float(parts[1]))
-        except (OSError, ValueError, IndexError):
-            continue
-    return cores
-
-
-@dataclass(frozen=True)
-class Stall:
-    """One stall of a loop, logged when the loop ran again."""
-
-    loop: str  # the probe's name
-    seconds: float  # how long the loop ran nothing beyond its probe's period
-    ended: float  # Unix time the loop ran again
-    cause: str  # "busy" | "waiting" | "process_stopped" (see `stall_cause`)
-
-
-STALL_WORDS = {
-    "busy": "its thread was running code that blocked the loop",
-    "waiting": "its thread waited while the process ran (the GIL, a lock or blocking I/O on the loop)",
-    "process_stopped": "the whole process ran nothing (stopped: SIGSTOP or a suspended VM; or starved of CPU)",
-}
-
-
-PAUSE_TICK_S = 0.1  # the pause clock's period
-
-
-class PauseClock:
-    """A thread that wakes every `PAUSE_TICK_S` and remembers each wake that came much later than due: a time
-    when no thread of this process ran (stopped by SIGSTOP, a suspended VM, or given no CPU). A blocked event loop
-    does not delay it; a stopped process delays every thread alike. One per process (`pause_clock()`)."""
-
-    def __init__(self, tick_s: float = PAUSE_TICK_S) -> None:
-        self.tick_s = tick_s
-        self._pauses: deque[tuple[float, float]] = deque(maxlen=50)  # (monotonic end, seconds)
-        self._thread = threading.Thread(target=self._run, name="pause_clock", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        due = time.monotonic() + self.tick_s
-        while True:
-            time.sleep(max(0.0, due - time.monotonic()))
-            now = time.monotonic()
-            if now - due >= 3 * self.tick_s:
-                self._pauses.append((now, now - due))
-            due = now + self.tick_s
-
-    def paused_within(self, start: float, end: float) -> float:
-        """The longest pause of the process that ended between monotonic `start` and `end` (0.0: none)."""
-        return max((s for t, s in list(self._pauses) if start <= t <= end), default=0.0)
-
-
-_pause_clock: PauseClock | None = None
-_pause_clock_lock = threading.Lock()
-
-
-def pause_clock() -> PauseClock:
-    global _pause_clock
-    with _pause_clock_lock:
-        if _pause_clock is None:
-            _pause_clock = PauseClock()
-        return _pause_clock
-
-
-def stall_cause(seconds: float, thread_cpu_s: float, process_paused_s: float) -> str:
-    """Why a loop ran nothing for `seconds`: its thread ran (busy: a quarter of the time or more, since on a shared
-    host a running thread gets only its share of a core), or the whole process was paused about as long
-    (process_stopped), or else its thread waited while the process ran (waiting)."""
-    if thread_cpu_s >= 0.25 * seconds:
-        return "busy"
-    if process_paused_s >= 0.5 * seconds:
-        return "process_stopped"
-    return "waiting"
-
-
-class LoopProbe:
-    """A timer on one event loop: each wake records how late it ran (ms), i.e. how long the loop was busy with
-    something else, and logs a stall of `stall_log_s` or more (the module docstring). Started and stopped on the
-    loop's own thread; `take()` and `stalled_for()` are called from the sampler's."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, period_s: float = PROBE_PERIOD_S, *, name: str = "call",
-                 stall_log_s: float | None = None,
-                 on_stall: Callable[[Stall], None] | None = None) -> None:  # fmt: skip
-        self.loop = loop
-        self.period_s = period_s
-        self.name = name
-        self.stall_log_s = STALL_LOG_S if stall_log_s is None else stall_log_s
-        self.on_stall = on_stall
-        self._lags: list[float] = []
-        self._lock = threading.Lock()
-        self._handle: asyncio.TimerHandle | None = None
-        self._due = 0.0
-        self._woke = time.monotonic()  # read by the sampler thread: when the loop last ran this probe
-        self._cpu = 0.0  # this loop's thread's CPU seconds at the last wake
-        self._clock: PauseClock | None = None
-
-    def start(self) -> None:
-        self._clock = pause_clock()
-        self._due = self.loop.time() + self.period_s
-        self._woke = time.monotonic()
-        self._cpu = time.thread_time()
-        self._handle = self.loop.call_at(self._due, self._wake)
-
-    def _wake(self) -> None:
-        now = self.loop.time()
-        lag_s = max(0.0, now - self._due)
-        with self._lock:
-            self._lags.append(lag_s * 1000.0)
-        woke, self._woke = self._woke, time.monotonic()
-        cpu, self._cpu = self._cpu, time.thread_time()
-        if lag_s >= self.stall_log_s:
-            # logged two pause-clock ticks later: by then the clock has run since the stall and seen a pause in it
-            self.loop.call_later(2 * PAUSE_TICK_S, self._stalled, lag_s, self._cpu - cpu, woke, self._woke)
-        self._due = now + self.period_s
-        self._handle = self.loop.call_at(self._due, self._wake)
-
-    def _stalled(self, seconds: float, thread_cpu_s: float, start: float, end: float) -> None:
-        paused_s = self._clock.paused_within(start, end + 2 * PAUSE_TICK_S) if self._clock is not None else 0.0
-        cause = stall_cause(seconds, thread_cpu_s, paused_s)
-        stall = Stall(self.name, round(seconds, 3), round(time.time(), 3), cause)
-        logger.warning("event loop stalled: the %s loop ran nothing for %.1f s: %s; its thread used %.2f s of CPU, "
-                       "the process was paused %.1f s", self.name, seconds, STALL_WORDS[cause], thread_cpu_s,
-                       paused_s)  # fmt: skip
-        if self.on_stall is not None:
-            self.on_stall(stall)
-
-    def stalled_for(self) -> float:
-        """Seconds since this probe's loop last ran it, beyond its period (0 while the loop keeps up)."""
-        if not self.running or not self.loop.is_running():
-            return 0.0
-        return max(0.0, time.monotonic() - self._woke - self.period_s)
-
-    def stop(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-
-    @property
-    def running(self) -> bool:
-        return self._handle is not None and not self.loop.is_closed()
-
-    def take(self) -> list[float]:
-        with self._lock:
-            lags, self._lags = self._lags, []
-        return lags
 
 
 @dataclass
@@ -242,61 +74,6 @@ class _GcTimer:
         self.pauses.append(ms)
 
 
-def _read_threads() -> dict[int, tuple[str, int]]:
-    """tid -> (kernel comm, CPU ticks user+sys) for every thread of this process (os.read: the GIL is released
-    during each read, and it is ~40 % cheaper than open())."""
-    threads = {}
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            fd = os.open(f"/proc/self/task/{tid}/stat", os.O_RDONLY)
-            try:
-                stat = os.read(fd, 1024)
-            finally:
-                os.close(fd)
-        except OSError:  # the thread ended between listdir and open
-            continue
-        close = stat.rfind(b")")
-        fields = stat[close + 2 :].split()  # fields[0] is stat's field 3 (state); utime, stime are 14, 15
-        comm = stat[stat.find(b"(") + 1 : close].decode(errors="replace")
-        threads[int(tid)] = (comm, int(fields[11]) + int(fields[12]))
-    return threads
-
-
-def _host_cpu_s() -> float:
-    """CPU seconds used by everything on this host (or in this container: its cgroup's counter when there is one)."""
-    try:
-        with open("/sys/fs/cgroup/cpu.stat") as f:  # cgroup v2
-            for line in f:
-                if line.startswith("usage_usec"):
-                    return int(line.split()[1]) / 1e6
-    except OSError:
-        pass
-    try:
-        with open("/sys/fs/cgroup/cpuacct/cpuacct.usage") as f:  # cgroup v1, ns
-            return int(f.read()) / 1e9
-    except (OSError, ValueError):
-        pass
-    with open("/proc/stat") as f:
-        ticks = [int(x) for x in f.readline().split()[1:]]
-    return (sum(ticks[:8]) - ticks[3] - ticks[4]) * _TICK_S  # all but idle and iowait (guest is inside user)
-
-
-def _rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * _PAGE / 2**20
-
-
-@dataclass(frozen=True)
-class _Counters:
-    t: float  # monotonic
-    process_s: float  # this process's CPU seconds (user+sys)
-    host_s: float  # the host's (or container's) CPU seconds
-
-
-def _counters() -> _Counters:
-    t = os.times()
-    return _Counters(time.monotonic(), t.user + t.system, _host_cpu_s())
-
 
 class WorkerStats:
     """The sampler (see the module doc). `state()` gives what only the worker knows: `calls`, `engine_active`,
@@ -311,7 +88,7 @@ class WorkerStats:
         self._lock = threading.Lock()
         self._gc = _GcTimer()
         self._gc_seen = (0, 0, 0.0)
-        self._history: deque[_Counters] = deque(maxlen=120)  # one per sample: the CPU windows are read from it
+        self._history: deque[Counters] = deque(maxlen=120)  # one per sample: the CPU windows are read from it
         self._threads: dict[int, tuple[str, int]] = {}
         self._load: dict[str, Any] = {}
         self._stalls: deque[Stall] = deque(maxlen=20)
@@ -324,8 +101,8 @@ class WorkerStats:
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         gc.callbacks.append(self._gc)
-        self._history.append(_counters())
-        self._threads = _read_threads()
+        self._history.append(counters())
+        self._threads = read_threads()
         self._thread.start()
 
     def stop(self) -> None:
@@ -373,17 +150,19 @@ class WorkerStats:
         self.exit(STALL_EXIT_STATUS)
 
     def cpu_cores(self, window_s: float) -> float:
-        """This process's CPU over about the last `window_s` seconds (at least since the first sample), in cores."""
-        now, then = _counters(), self._since(window_s)
-        return (now.process_s - then.process_s) / (now.t - then.t) if now.t - then.t > 1e-3 else 0.0
+        """The worker's CPU over about the last `window_s` seconds (at least since the first sample), in cores: this
+        process's and its child processes' (a PROCESS worker's calls, LiveKit's inference process)."""
+        now, then = counters(), self._since(window_s)
+        used = now.process_s + now.children_s - then.process_s - then.children_s
+        return used / (now.t - then.t) if now.t - then.t > 1e-3 else 0.0
 
     def host_busy(self, window_s: float) -> float:
         """The busy share of the cores this process may use, over about the last `window_s` seconds: everything on
         the host (or in the container) counts, since it all competes for those cores."""
-        now, then = _counters(), self._since(window_s)
+        now, then = counters(), self._since(window_s)
         return (now.host_s - then.host_s) / ((now.t - then.t) * self.cores) if now.t - then.t > 1e-3 else 0.0
 
-    def _since(self, window_s: float) -> _Counters:
+    def _since(self, window_s: float) -> Counters:
         history = list(self._history)  # the sampler thread appends to it
         now = time.monotonic()
         return next((c for c in reversed(history) if now - c.t >= window_s), history[0])
@@ -414,7 +193,7 @@ class WorkerStats:
     def sample(self) -> dict[str, Any]:
         """One record (the module doc and docs/operations.md list its keys), covering the time since the last."""
         t0 = time.perf_counter()
-        prev, now = self._history[-1], _counters()
+        prev, now = self._history[-1], counters()
         self._history.append(now)
         interval = max(now.t - prev.t, 1e-6)
         threads, python_cores = self._thread_cpu(interval)
@@ -424,13 +203,14 @@ class WorkerStats:
             "interval_s": round(interval, 3),
             "cpu_s": round(now.process_s, 3),
             "cpu_cores": round((now.process_s - prev.process_s) / interval, 3),
+            "cpu_children_cores": round(max(0.0, now.children_s - prev.children_s) / interval, 3),
             "cpu_python_cores": round(python_cores, 3),
             "cpu_usable": self.cores,
             "host_busy": round((now.host_s - prev.host_s) / (interval * self.cores), 3),
             "threads": threads,
             "loop_lag_ms": self._loop_lag(),
             "gc": self._gc_interval(),
-            "rss_mb": round(_rss_mb(), 1),
+            "rss_mb": round(rss_mb(), 1),
             "calls": state.get("calls", 0),
             "engine": {"active": state.get("engine_active", 0), "capacity": state.get("engine_capacity", 0)},
             **(self._load or {"load": None, "load_terms": {}, "livekit_jobs": None}),
@@ -442,7 +222,7 @@ class WorkerStats:
         """CPU per thread kind over the interval: name -> {"n": threads, "cores": CPU s / s}; and the part of it
         spent by threads Python started (they run Python under the GIL, except inside native calls)."""
         python_names = {t.native_id: t.name for t in threading.enumerate()}
-        now = _read_threads()
+        now = read_threads()
         groups: dict[str, dict[str, float]] = {}
         python_ticks = 0
         for tid, (comm, ticks) in now.items():
@@ -450,13 +230,13 @@ class WorkerStats:
             name = _NUMBERED.sub("", python_names.get(tid, comm)).strip()
             group = groups.setdefault(name, {"n": 0, "cores": 0.0})
             group["n"] += 1
-            group["cores"] += delta * _TICK_S / interval_s
+            group["cores"] += delta * TICK_S / interval_s
             if tid in python_names:
                 python_ticks += delta
         self._threads = now
         for group in groups.values():
             group["cores"] = round(group["cores"], 3)
-        return groups, python_ticks * _TICK_S / interval_s
+        return groups, python_ticks * TICK_S / interval_s
 
     def _loop_lag(self) -> dict[str, Any]:
         with self._lock:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from typing import Any
 
 
@@ -19,12 +18,6 @@ class ErrorLog(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.lines.append(f"{record.name}: {record.getMessage()}"[:300])
-
-
-def rss_mb() -> float:
-    with open("/proc/self/statm") as fh:
-        resident_pages = int(fh.read().split()[1])
-    return resident_pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def rss_parts_mb() -> dict[str, float]:

@@ -45,9 +45,10 @@ from typing import Any
 from agent.config import AgentConfig
 from agent.output import FrameRecord
 from agent.voice import Call
+from common.cpu import rss_mb
 from common.process import release_free_memory, tune_process
 from lab.fake_openai import FakeOpenAIServer, Script
-from lab.process_probes import ErrorLog, rss_mb, rss_parts_mb, task_census
+from lab.process_probes import ErrorLog, rss_parts_mb, task_census
 from lab.sim_microphone import WavMicrophone, espeak_pcm
 from lab.simulate import load_backend, load_vad
 from lab.stress_report import plot, summarize

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.audio_format import MAX_PACKET_FRAMES
+from common.cpu import usable_cores
 from common.env import Env
 from tts_engine.errors import ConfigError
 
@@ -91,8 +92,9 @@ class EngineConfig:
     max_buffered_seconds: float = 600.0  # unread audio per stream before a slow consumer's stream is cancelled
     metrics: bool = True
     # torch threads when the engine runs on a CPU (process-wide); 0 = torch's default. From the environment the
-    # default is one core fewer than the machine has: the worker's media path (WebRTC, VAD) needs a free core, or
-    # its 20 ms packets leave in bursts and listeners' jitter buffers grow (docs/agent.md, "Latency at the browser").
+    # default is one core fewer than the process may use (common/cpu.py: affinity, a container's quota): the
+    # worker's media path (WebRTC, VAD) needs a free core, or its 20 ms packets leave in bursts and listeners'
+    # jitter buffers grow (docs/agent.md, "Latency at the browser").
     cpu_threads: int = 0
     cpu_nice: int = 0  # on a CPU, raise the engine thread's nice value by this (common/niceness.py); env default 10
     cudagraph_talker: bool = True  # only meaningful on CUDA
@@ -127,7 +129,7 @@ class EngineConfig:
             runaway_scale=env.float("TTS_DEEP_STREAM_RUNAWAY_SCALE", 1.0, lo=0.25, hi=20.0),
             max_buffered_seconds=env.float("TTS_DEEP_STREAM_MAX_BUFFER_SECONDS", 600.0, lo=1.0, hi=86_400.0),
             metrics=env.bool("TTS_DEEP_STREAM_METRICS", True),
-            cpu_threads=env.int("TTS_DEEP_STREAM_CPU_THREADS", max(1, (os.cpu_count() or 1) - 1), lo=0, hi=1024),
+            cpu_threads=env.int("TTS_DEEP_STREAM_CPU_THREADS", max(1, int(usable_cores()) - 1), lo=0, hi=1024),
             cpu_nice=env.int("TTS_DEEP_STREAM_CPU_NICE", 10, lo=0, hi=19),
             cudagraph_talker=env.bool("TTS_CODEGEN_CUDAGRAPH_TALKER", True),
             cudagraph_predictor=env.bool("TTS_CODEGEN_CUDAGRAPH_CP", True),

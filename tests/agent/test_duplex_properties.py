@@ -16,7 +16,7 @@ idle; every turn's trace has a truthful outcome.
 
 Size: DUPLEX_SCHEDULES (default 1000, the CI run). Replay: a failure prints `@reproduce_failure(...)`
 (print_blob) and is saved in the example database (.hypothesis/), so the next run tries it first; a whole
-run replays with `--hypothesis-seed=N`. DUPLEX_PROGRESS=FILE appends "<count> <violations> <elapsed_s> <rss_mb>"
+run replays with `--hypothesis-seed=N`. DUPLEX_PROGRESS=FILE appends "<count> <violations> <elapsed_s> <rss_mib>"
 every 100 schedules (the recorded long run). A call must leave nothing behind (`test_the_schedules_leave_memory_flat`
 replays the run's latest plans and checks the process stays flat): one long run grew to 2.4 GB, from pytest's
 log capture keeping every record of the test and a stand-in keeping every request.
@@ -40,6 +40,7 @@ from _pytest.logging import LogCaptureHandler  # what pytest's log capture keeps
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from common.cpu import rss_mb
 from lab.fake_openai import FakeOpenAIServer
 from tests.agent.duplex_harness import EnergyVAD, ScriptedBackend, TTSPlan
 from tests.agent.duplex_schedule import MILESTONES, Cut, ScheduleRunner, TurnPlan
@@ -124,10 +125,6 @@ def drop_pytest_log_capture() -> None:
     for handler in logging.getLogger().handlers:
         if isinstance(handler, LogCaptureHandler):
             handler.clear()
-
-
-def rss_mb() -> float:
-    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
 
 
 class Stage:

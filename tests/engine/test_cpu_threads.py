@@ -16,8 +16,10 @@ from tts_engine.engine import Engine
 from tts_engine.errors import ConfigError
 
 
-def test_the_default_leaves_one_core_and_zero_keeps_torchs_choice() -> None:
-    assert EngineConfig.from_env({}).cpu_threads == max(1, (os.cpu_count() or 1) - 1)
+def test_the_default_leaves_one_core_and_zero_keeps_torchs_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert EngineConfig.from_env({}).cpu_threads == max(1, len(os.sched_getaffinity(0)) - 1)
+    monkeypatch.setenv("NUM_CPUS", "5")  # the cores this process may use (common/cpu.py), e.g. a container's quota
+    assert EngineConfig.from_env({}).cpu_threads == 4
     assert EngineConfig.from_env({"TTS_DEEP_STREAM_CPU_THREADS": "0"}).cpu_threads == 0
     assert EngineConfig().cpu_threads == 0  # built in code (tests, benchmarks): torch's default
     with pytest.raises(ConfigError, match="TTS_DEEP_STREAM_CPU_THREADS=-1 is out of range"):

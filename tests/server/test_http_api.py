@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import numpy as np
 import pytest
 
+from common import loop_watch
 from tts_engine.runtime.wav import read_wav
 
 TEXT = "Hello world, this is a test."
@@ -70,6 +74,24 @@ async def test_speakers_health_and_metrics(serve) -> None:
     assert "tts_engine_streams_started_total 1.0" in text
     assert "tts_stream_ttfa_seconds_count 1.0" in text
     assert 'tts_http_requests_total{endpoint="stream",status="200"} 1.0' in text
+
+
+async def test_a_stall_of_the_server_loop_is_logged_and_shown_in_health(serve, monkeypatch, caplog) -> None:
+    """The server's loop (here the test's own) blocked for 0.5 s: its probe logs the stall with its cause once the
+    loop runs again, and /healthz lists it; the server serves on."""
+    monkeypatch.setattr(loop_watch, "STALL_LOG_S", 0.3)
+    caplog.set_level("WARNING", logger="common.loop_watch")
+    srv = await serve()
+    await asyncio.sleep(0.1)
+    time.sleep(0.5)  # blocks the loop the server runs on
+    await asyncio.sleep(0.4)  # the probe logs two pause-clock ticks after the loop ran again
+    async with srv.session.get(f"{srv.base}/healthz") as resp:
+        health = await resp.json()
+    assert resp.status == 200 and health["status"] == "ok"
+    [stall] = health["loop_stalls"]
+    assert stall["loop"] == "engine server" and stall["cause"] == "waiting" and 0.35 <= stall["seconds"] <= 0.5
+    logged = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("event loop stalled: the engine server loop ran nothing") for m in logged), logged
 
 
 BAD_INPUTS = [

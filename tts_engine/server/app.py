@@ -7,7 +7,8 @@ Endpoints:
   input problem the engine finds still becomes a 400. A summary (engine metrics + server TTFA = request
   received -> first byte written) is stored before the final chunk and served by `GET /v1/requests/{id}`.
 - `POST /synthesize` same JSON -> `audio/wav` (the whole file, real sizes in its header).
-- `GET /v1/speakers`, `GET /healthz`, `GET /metrics` (Prometheus text, own registry), `GET /openapi.json`.
+- `GET /v1/speakers`, `GET /healthz` (with `loop_stalls`: the server loop's last stalls), `GET /metrics`
+  (Prometheus text, own registry), `GET /openapi.json`.
 - `POST /v1/audio/speech` (OpenAI-compatible, routes/openai_speech.py), `GET /v1/models` and `GET /v1/audio/voices`
   (routes/discovery.py), `GET /tts/ws` (text in, PCM out, routes/ws.py).
 Errors (errors.py): client mistakes -> 400 {"error", "field"}; a missing or wrong API key -> 401; a client over
@@ -25,17 +26,21 @@ metrics.py (what /metrics exposes), openapi.py (GET /openapi.json), config.py (c
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
 import re
 import socket
 import time
 import uuid
+from collections import deque
 from typing import Any
 
 import numpy as np
 from aiohttp import web
 
 from common.audio_format import SAMPLE_RATE
+from common.loop_watch import LoopProbe, Stall
 from tts_engine.errors import EngineBusyError, TTSInputError
 from tts_engine.runtime.wav import wav_bytes
 from tts_engine.server.clients import CLIENT, Clients
@@ -88,6 +93,8 @@ class TTSServer:
         self.in_flight = stats.in_flight
         self.summaries = Summaries(stats, summaries_max)
         self.clients = Clients(self.config.api_keys, self.config.client_limit(engine.capacity()))
+        self.stalls: deque[Stall] = deque(maxlen=20)  # the loop's stalls, logged by its probe (common/loop_watch.py)
+        self._probe: LoopProbe | None = None
 
     # ---- app ------------------------------------------------------------------------------------
     def app(self) -> web.Application:
@@ -102,7 +109,19 @@ class TTSServer:
         OpenAISpeech(self).register(app)  # POST /v1/audio/speech (routes/openai_speech.py)
         Discovery(self).register(app)  # GET /v1/models, /v1/audio/voices (routes/discovery.py)
         TextWebSocket(self).register(app)  # GET /tts/ws: text in, PCM out (routes/ws.py)
+        app.on_startup.append(self._watch_loop)
+        app.on_cleanup.append(self._unwatch_loop)
         return app
+
+    async def _watch_loop(self, app: web.Application) -> None:
+        """A stall of the server's loop delays every stream's packets: it is logged with its cause, and /healthz
+        counts the stalls seen."""
+        self._probe = LoopProbe(asyncio.get_running_loop(), name="engine server", on_stall=self.stalls.append)
+        self._probe.start()
+
+    async def _unwatch_loop(self, app: web.Application) -> None:
+        if self._probe is not None:
+            self._probe.stop()
 
     # ---- shared by the routes -------------------------------------------------------------------
     def request_id(self, request: web.Request) -> str:
@@ -235,6 +254,7 @@ class TTSServer:
             "open_streams": self.engine.active_streams(),
             "capacity": self.engine.capacity(),
             "device": str(self.engine.device),
+            "loop_stalls": [dataclasses.asdict(stall) for stall in self.stalls],  # the last 20, oldest first
         }
         return web.json_response(body, status=200 if healthy else 503)
 

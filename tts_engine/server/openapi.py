@@ -112,10 +112,16 @@ ROUTES: dict[str, dict[str, Any]] = {
     "/healthz": {"get": {
         "summary": "liveness and load",
         "responses": {code: {"description": text, "content": {"application/json": {"schema": {
-            "type": "object", "required": ["status", "open_streams", "capacity", "device"],
+            "type": "object", "required": ["status", "open_streams", "capacity", "device", "loop_stalls"],
             "properties": {"status": {"type": "string", "enum": ["ok", "unhealthy"]},
                            "open_streams": {"type": "integer", "minimum": 0},
-                           "capacity": {"type": "integer", "minimum": 0}, "device": {"type": "string"}},
+                           "capacity": {"type": "integer", "minimum": 0}, "device": {"type": "string"},
+                           "loop_stalls": {"type": "array", "maxItems": 20, "items": {
+                               "type": "object", "required": ["loop", "seconds", "ended", "cause"],
+                               "properties": {"loop": {"type": "string"}, "seconds": {"type": "number"},
+                                              "ended": {"type": "number"},
+                                              "cause": {"type": "string",
+                                                        "enum": ["busy", "waiting", "process_stopped"]}}}}},
         }}}} for code, text in (("200", "healthy"), ("503", "the engine worker is not running"))},
     }},
     "/metrics": {"get": {
