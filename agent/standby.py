@@ -8,10 +8,8 @@ registered, with AGENT_STANDBY=1, the default under start_all):
 - when the supervisor writes `go` into the FIFO (the running worker died), it runs the worker command (`start`
   by default) in this same process: only the model load and warm-up are left to do. Anything else read (or the
   writer closing without `go`) ends it with status 0.
-Why: a restarted worker spent most of its start-up importing Python modules (measured on the 2-core dev machine,
-embedded defaults: ~5 s before LiveKit Agents' first log line, and 8 of the 12 s of `Engine.load` importing
-transformers for the tokenizer), and the callers of a lone worker wait for all of it. The cost is one idle
-process's memory (docs/operations.md, "Faults", gives the measured RSS).
+Why: a restarted worker spent most of its start-up importing Python modules, and the callers of a lone worker
+wait for all of it. The cost is one idle process's memory (docs/operations.md, "Faults", gives both measured).
 """
 
 from __future__ import annotations

@@ -13,10 +13,8 @@ to a window later than configured. The default `VAD_SILENCE_MS` is 224, seven wi
 speech uses the same value and the same -50 dBFS, so with the gate both ends hear the same silence.
 
 Why the quiet gate: Silero's probability stays above the deactivation threshold for about three windows after
-the last sound (its recurrent state). callbench's `vad_lag` measured the turn's end 99 ms P50 beyond the
-hangover on received call audio at 192 ms (results/vad_lag.md at 5c26028) and 117 ms at 224
-(results/vad_lag_quiet_gate_off.md), both on 2026-11-27: the turn ended ~100 ms after the configured silence
-had passed. With the gate, 17 ms P50 / 37 P95 (results/vad_lag.md). Speech quieter than `quiet_db` throughout
+the last sound (its recurrent state), so the turn ended ~100 ms after the configured silence had passed; with the
+gate, ~17 ms (docs/agent.md, "The quiet gate", has the A/B). Speech quieter than `quiet_db` throughout
 (a whisper far from the microphone) no longer starts a turn: lower `VAD_QUIET_DB` or set it off for that.
 A window with no sound in it is not speech whatever the model's state says. The gate only ever turns speech
 into silence, and only in windows below `quiet_db`: where background sound keeps every window above it, the

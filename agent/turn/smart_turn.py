@@ -13,11 +13,10 @@ Python is imported; the features below are our own code, written to the model's 
   dropped, every value held within 8 (log10 units) of the loudest, then scaled as (x + 4) / 4;
 - input `input_features` float32 (1, 80, 800); output a sigmoid probability that the turn is complete.
 
-Cost: one `SmartTurn().probability(audio)` is ~47 ms of one core on the 2-core Xeon box (AVX-512 VNNI; measured
-2026-12-02 under load 3-5, results/convbench/eot_offline_2026-12-02/: features ~7 ms, the model the rest; 2 threads
-~30 ms wall for ~58 ms CPU), not the 10-20 ms hoped for: about half a core for each 100 ms step of silence.
-It is not wired into the worker (agent/turn/end_of_turn.py); lab/convbench/eot_offline.py fits the schedule of
-thresholds it would be used with, and finds it worth running only from ~800 ms of silence on NEUTRAL words.
+Cost: one `SmartTurn().probability(audio)` is tens of ms of one core (results/convbench/eot_offline_2026-12-02/
+has the measurement). It is not wired into the worker (agent/turn/end_of_turn.py); lab/convbench/eot_offline.py
+fits the schedule of thresholds it would be used with, and finds it worth running only from ~800 ms of silence
+on NEUTRAL words.
 """
 
 from __future__ import annotations
