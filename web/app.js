@@ -412,7 +412,10 @@ function onMicLevel(db, t) {
   renderLevel("mic-meter", db);
   const ev = call.vad.update(db, t);
   if (!ev) return;
-  call.tracker.handleUserEvent(ev);
+  // while the agent talks with another person in the room it does not hear this page: no latency row for a
+  // question it never heard (the first words after it turns to this page start a row as usual)
+  const caller = call.agent?.caller;
+  if (!caller || caller === call.room?.localParticipant.identity) call.tracker.handleUserEvent(ev);
   const el = $("you-state");
   el.textContent = ev.type === "speech_start" ? "talking" : "silent";
   el.className = `tag ${ev.type === "speech_start" ? "talking" : ""}`;

@@ -4,6 +4,8 @@ Contract
 - `BrowserCall(page_url, mic_wav)` as a context manager launches headless Chromium with a fake capture
   device that loops `mic_wav` (`--use-file-for-fake-audio-capture`), opens the page and records console
   errors, page errors and failed requests in `problems`.
+- `open_page(label)` opens another page of the call in the same browser (a second person in the room, with the
+  same microphone WAV).
 - `join(room)` presses Join and waits until the page says it is connected; `wait_for(js, timeout)` waits for
   a JS condition on the page; `snapshot()` returns what a person would see and what the page measured:
   agent state, the agent's parts, transcript lines, the latency records (`window.voiceCall.log`), the cut
@@ -90,6 +92,7 @@ class BrowserCall:
         self.problems: list[str] = []
         self._pw: Any = None
         self._browser: Any = None
+        self._context: Any = None
         self.page: Any = None
 
     def __enter__(self) -> BrowserCall:
@@ -98,20 +101,27 @@ class BrowserCall:
         self._pw = sync_playwright().start()
         flags = [*BROWSER_FLAGS, f"--use-file-for-fake-audio-capture={self.mic_wav}"]
         self._browser = self._pw.chromium.launch(executable_path=chromium_path(), headless=True, args=flags)
-        context = self._browser.new_context()
-        context.grant_permissions(["microphone"], origin=self.page_url.rstrip("/"))
-        self.page = context.new_page()
-        self.page.set_default_timeout(self.timeout_ms)
-        self.page.on("console", self._on_console)
-        self.page.on("pageerror", lambda exc: self.problems.append(f"pageerror: {exc}"))
-        self.page.on("requestfailed", lambda req: self.problems.append(f"requestfailed: {req.url} {req.failure}"))
-        self.page.goto(self.page_url)
-        self.page.wait_for_function("() => !document.getElementById('server-info').textContent.includes('loading')")
+        self._context = self._browser.new_context()
+        self._context.grant_permissions(["microphone"], origin=self.page_url.rstrip("/"))
+        self.page = self.open_page()
         return self
 
-    def _on_console(self, message: Any) -> None:
+    def open_page(self, label: str = "") -> Any:
+        """A page of the call in this browser, loaded (the first is `page`; another is a second person with the same
+        microphone WAV, as two tabs on one machine). Its problems go to `problems`, prefixed with `label`."""
+        page = self._context.new_page()
+        page.set_default_timeout(self.timeout_ms)
+        prefix = f"{label}: " if label else ""
+        page.on("console", lambda msg: self._on_console(msg, prefix))
+        page.on("pageerror", lambda exc: self.problems.append(f"{prefix}pageerror: {exc}"))
+        page.on("requestfailed", lambda req: self.problems.append(f"{prefix}requestfailed: {req.url} {req.failure}"))
+        page.goto(self.page_url)
+        page.wait_for_function("() => !document.getElementById('server-info').textContent.includes('loading')")
+        return page
+
+    def _on_console(self, message: Any, prefix: str = "") -> None:
         if message.type == "error":
-            self.problems.append(f"console.error: {message.text}")
+            self.problems.append(f"{prefix}console.error: {message.text}")
 
     def join(self, room: str | None = None) -> None:
         if room:

@@ -13,6 +13,9 @@
                                         logged within 2 s of SIGCONT, a page notice while silent)
   token-down --tries 10                 the token server down when a fresh page presses Join, then back (target:
                                         a clear notice, then Join works without a reload)
+  two-callers --tries 10                two people in one room, both in Chromium (target: the second told within
+                                        3 s, the first kept and heard, nothing under another's name, the second
+                                        heard and answered once the first leaves)
 
 Each starts the whole local stack (scripts/start_all.sh through lab/callbench/stack.py: LiveKit's own
 server, the token server with its agent guard, llama.cpp, the supervised worker), writes DIR/<drill>.json (every
@@ -120,8 +123,8 @@ async def tab_closed(args: argparse.Namespace, out: Path) -> dict[str, Any]:
 
 
 async def browser_drill(args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    """worker-freeze and token-down: the whole stack, the caller in Chromium."""
-    from lab.faults import token_down, worker_freeze
+    """worker-freeze, token-down and two-callers: the whole stack, the callers in Chromium."""
+    from lab.faults import token_down, two_callers, worker_freeze
 
     stack = LocalStack(out / "stack", **STACK_ENV)
     await asyncio.to_thread(stack.start)
@@ -129,12 +132,46 @@ async def browser_drill(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         if args.drill == "worker-freeze":
             return await asyncio.to_thread(worker_freeze.run, stack, question(out), tries=args.tries,
                                            stop_s=args.stop_s)  # fmt: skip
+        if args.drill == "two-callers":
+            report = await asyncio.to_thread(two_callers.run, stack, question(out), tries=args.tries)
+            rows = report["results"]
+            told = [r["told_ms"] for r in rows if r["told_ms"] is not None]
+            turned = [r["turned_ms"] for r in rows if r["turned_ms"] is not None]
+            answered = [r["second_answered_ms"] for r in rows if r["second_answered_ms"] is not None]
+            report["summary"] = {"told_p50_ms": percentile(told, 50), "told_max_ms": max(told, default=None),
+                                 "turned_p50_ms": percentile(turned, 50), "turned_max_ms": max(turned, default=None),
+                                 "answered_p50_ms": percentile(answered, 50),
+                                 "first_answered": sum(r["first_answered"] >= 1 for r in rows),
+                                 "words_under_another_name": sum(r["second_heard_early"] + r["first_saw_other"]
+                                                                 for r in rows)}  # fmt: skip
+            return report
         return await asyncio.to_thread(token_down.run, stack, question(out), tries=args.tries)
     finally:
         await asyncio.to_thread(stack.stop)
 
 
 def table(name: str, report: dict[str, Any]) -> str:
+    if name == "two-callers":
+        lines = [f"Two people in one room, both in Chromium; the first talks with the agent, the second joins, both "
+                 f"stay {report['overlap_s']:g} s, then the first leaves. Target: the second told within 3 s, the "
+                 f"first kept and heard, nothing published under another's name, no latency row on the second's page "
+                 f"meanwhile, the second told within 3 s that the agent is theirs and answered. "
+                 f"{report['passed']}/{report['tries']} passed.", "",
+                 "| try | second told (ms) | first heard / answered meanwhile | words under another's name | second's "
+                 "rows meanwhile | first page notices | turned to second (ms) | second heard (ms) | second answered "
+                 "(ms) | ok |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        for r in report["results"]:
+            lines.append(f"| {r['try']} | {r['told_ms']} | {r['first_heard']} / {r['first_answered']} | "
+                         f"{r['second_heard_early'] + r['first_saw_other']} | {r['second_rows_early']} | "
+                         f"{len(r['first_notices'])} | {r['turned_ms']} | {r['second_heard_ms']} | "
+                         f"{r['second_answered_ms']} | {'ok' if r['ok'] else 'FAIL'} |")  # fmt: skip
+        s = report["summary"]
+        lines += ["", f"second told: P50 {s['told_p50_ms']} ms, max {s['told_max_ms']} ms; turned to the second after "
+                      f"the first left: P50 {s['turned_p50_ms']} ms, max {s['turned_max_ms']} ms; second answered: P50 "
+                      f"{s['answered_p50_ms']} ms after the first left; the first caller answered while both were in: "
+                      f"{s['first_answered']}/{report['tries']}; words under another's name: "
+                      f"{s['words_under_another_name']}"]  # fmt: skip
+        return "\n".join(lines) + "\n"
     if name == "worker-freeze":
         lines = [f"The worker SIGSTOPped {report['stop_s']:g} s mid-reply, the caller in Chromium; target: the stall "
                  f"logged within 2 s of SIGCONT, naming the whole process, a page notice while silent, the same agent "
@@ -208,6 +245,14 @@ def table(name: str, report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _unwind(*_: object) -> None:
+    """A SIGTERM (timeout, Ctrl-C in a pipeline) unwinds like an exception: the stack is stopped, the namespace
+    deleted. A second one (`pkill` reaching `timeout` too, which passes its own on) is ignored: it cut the cleanup
+    short once and left a whole stack running."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sys.exit(143)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.faults", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="drill", required=True)
@@ -220,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     freeze = sub.add_parser("worker-freeze", help="the worker SIGSTOPped mid-reply (a Chromium caller)")
     freeze.add_argument("--stop-s", type=float, default=10.0, help="how long the worker stays stopped (default 10)")
     down = sub.add_parser("token-down", help="the token server down at a fresh page's Join, then back (Chromium)")
-    for p in (kill, loss, restart, closed, freeze, down):
+    two = sub.add_parser("two-callers", help="two people in one room, both in Chromium")
+    for p in (kill, loss, restart, closed, freeze, down, two):
         p.add_argument("--tries", type=int, default=1 if p is loss else 10)
         p.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
@@ -228,9 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     started = dt.datetime.now(dt.UTC)
     run = {"worker-kill": worker_kill, "media-loss": media_loss, "livekit-restart": livekit_restart,
-           "tab-closed": tab_closed, "worker-freeze": browser_drill, "token-down": browser_drill}[args.drill]
-    # a SIGTERM (timeout, Ctrl-C in a pipeline) unwinds like an exception: the stack is stopped, the namespace deleted
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+           "tab-closed": tab_closed, "worker-freeze": browser_drill, "token-down": browser_drill,
+           "two-callers": browser_drill}[args.drill]
+    signal.signal(signal.SIGTERM, _unwind)
     report = asyncio.run(run(args, out))
     name = f"worker-kill-{args.workers}" if args.drill == "worker-kill" else args.drill
     report.update(

@@ -28,6 +28,7 @@ from typing import Any
 from lab.callbench.browser import BrowserCall
 from lab.callbench.rtc_caller import until_no_jobs
 from lab.callbench.stack import LocalStack
+from lab.faults.tries import repeat
 
 LOST_NOTICE = "A new agent took over"  # web/app.js TEXT.back: the conversation was lost
 SPEAKING_JS = "() => window.voiceCall.agent?.shown === 'speaking'"
@@ -125,14 +126,12 @@ def passed(r: dict[str, Any], target_ms: float) -> bool:
     )
 
 
+def describe(r: dict[str, Any]) -> str:
+    return (f"restart {r['restart_s']} s, without an agent {r['without_agent_ms']} ms, agents {r['agents']}, same "
+            f"{r['same_agent']}, notices {r['notices']}, turn {r['turn_ms']} ms, line {r['line_ms']} ms")
+
+
 def run(stack: LocalStack, wav: Path, *, tries: int, target_s: float) -> dict[str, Any]:
-    results = []
-    for i in range(1, tries + 1):
-        r = restart_try(stack, wav, index=i)
-        r["ok"] = passed(r, target_s * 1000.0)
-        results.append(r)
-        print(f"[faults] livekit-restart try {i}/{tries}: restart {r['restart_s']} s, without an agent "
-              f"{r['without_agent_ms']} ms, agents {r['agents']}, same {r['same_agent']}, notices {r['notices']}, "
-              f"turn {r['turn_ms']} ms, line {r['line_ms']} ms; {'ok' if r['ok'] else 'FAIL'}", flush=True)  # fmt: skip
-    return {"tries": tries, "target_ms": target_s * 1000.0, "results": results,
-            "passed": sum(r["ok"] for r in results)}  # fmt: skip
+    report = repeat("livekit-restart", tries, lambda i: restart_try(stack, wav, index=i),
+                    lambda r: passed(r, target_s * 1000.0), describe)  # fmt: skip
+    return {**report, "target_ms": target_s * 1000.0}

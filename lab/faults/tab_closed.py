@@ -24,6 +24,7 @@ from typing import Any
 from lab.callbench.browser import BrowserCall
 from lab.callbench.rtc_caller import until_no_jobs
 from lab.callbench.stack import LocalStack
+from lab.faults.tries import repeat
 
 SPEAKING_JS = "() => window.voiceCall.agent?.shown === 'speaking'"
 PRESENT_JS = "() => window.voiceCall.agent?.presence === 'present'"
@@ -94,14 +95,12 @@ def passed(r: dict[str, Any], target_s: float) -> bool:
     return r["agent_ms"] is not None and r["agent_ms"] <= target_s * 1000.0 and r["first_question_answered"]
 
 
+def describe(r: dict[str, Any]) -> str:
+    return (f"worker free {r['freed_ms']} ms after the close; next caller joined at {r['joined_after_close_ms']} ms, "
+            f"agent {r['agent_ms']} ms after the join, first answer {r['answered_ms']} ms after the join")
+
+
 def run(stack: LocalStack, wav: Path, *, tries: int, target_s: float) -> dict[str, Any]:
-    results = []
-    for i in range(1, tries + 1):
-        r = closed_try(stack, wav, index=i)
-        r["ok"] = passed(r, target_s)
-        results.append(r)
-        print(f"[faults] tab-closed try {i}/{tries}: worker free {r['freed_ms']} ms after the close; next caller "
-              f"joined at {r['joined_after_close_ms']} ms, agent {r['agent_ms']} ms after the join, first answer "
-              f"{r['answered_ms']} ms after the join; {'ok' if r['ok'] else 'FAIL'}", flush=True)  # fmt: skip
-    return {"tries": tries, "target_ms": target_s * 1000.0, "results": results,
-            "passed": sum(r["ok"] for r in results)}  # fmt: skip
+    report = repeat("tab-closed", tries, lambda i: closed_try(stack, wav, index=i), lambda r: passed(r, target_s),
+                    describe)  # fmt: skip
+    return {**report, "target_ms": target_s * 1000.0}

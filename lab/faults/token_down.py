@@ -19,6 +19,7 @@ from typing import Any
 from lab.callbench.browser import BrowserCall
 from lab.callbench.rtc_caller import until_no_jobs
 from lab.callbench.stack import LocalStack
+from lab.faults.tries import repeat
 
 NOTICE_JS = "() => document.getElementById('notice').textContent"
 ERROR_JS = "() => document.querySelector('#notice.error') !== null && !document.getElementById('join').disabled"
@@ -62,12 +63,10 @@ def passed(r: dict[str, Any]) -> bool:
                 and r["rejoined"])  # fmt: skip
 
 
+def describe(r: dict[str, Any]) -> str:
+    return (f"said {r.get('notice', '')[:60]!r}; Join again without reload: {r['rejoined']}, agent {r['agent_ms']} ms "
+            f"after it")
+
+
 def run(stack: LocalStack, wav: Path, *, tries: int) -> dict[str, Any]:
-    results = []
-    for i in range(1, tries + 1):
-        r = down_try(stack, wav, index=i)
-        r["ok"] = passed(r)
-        results.append(r)
-        print(f"[faults] token-down try {i}/{tries}: said {r.get('notice', '')[:60]!r}; Join again without reload: "
-              f"{r['rejoined']}, agent {r['agent_ms']} ms after it; {'ok' if r['ok'] else 'FAIL'}", flush=True)
-    return {"tries": tries, "results": results, "passed": sum(r["ok"] for r in results)}
+    return repeat("token-down", tries, lambda i: down_try(stack, wav, index=i), passed, describe)

@@ -23,6 +23,7 @@ from typing import Any
 from lab.callbench.browser import BrowserCall
 from lab.callbench.rtc_caller import until_no_jobs
 from lab.callbench.stack import LocalStack
+from lab.faults.tries import repeat
 
 SPEAKING_JS = "() => window.voiceCall.agent?.shown === 'speaking'"
 NOTICE = "The agent stopped mid-reply"  # web/app.js TEXT.stalled's start
@@ -85,14 +86,13 @@ def passed(r: dict[str, Any]) -> bool:
                 and r["named"] and r["cleared_ms"] is not None and r["same_agent"])  # fmt: skip
 
 
+def describe(r: dict[str, Any]) -> str:
+    return (f"page notice {r['noticed_ms']} ms after SIGSTOP; stall logged {r['logged_ms']} ms after SIGCONT (whole "
+            f"process named: {r['named']}); notice gone {r['cleared_ms']} ms after SIGCONT; same agent "
+            f"{r['same_agent']}")
+
+
 def run(stack: LocalStack, wav: Path, *, tries: int, stop_s: float) -> dict[str, Any]:
-    results = []
-    for i in range(1, tries + 1):
-        r = freeze_try(stack, wav, index=i, stop_s=stop_s)
-        r["ok"] = passed(r)
-        results.append(r)
-        print(f"[faults] worker-freeze try {i}/{tries}: page notice {r['noticed_ms']} ms after SIGSTOP; stall logged "
-              f"{r['logged_ms']} ms after SIGCONT (whole process named: {r['named']}); notice gone "
-              f"{r['cleared_ms']} ms after SIGCONT; same agent {r['same_agent']}; {'ok' if r['ok'] else 'FAIL'}",
-              flush=True)  # fmt: skip
-    return {"tries": tries, "stop_s": stop_s, "results": results, "passed": sum(r["ok"] for r in results)}
+    report = repeat("worker-freeze", tries, lambda i: freeze_try(stack, wav, index=i, stop_s=stop_s), passed,
+                    describe)  # fmt: skip
+    return {**report, "stop_s": stop_s}
