@@ -67,6 +67,8 @@ logging:
 room:
   empty_timeout: 30
   departure_timeout: 5
+agents:
+  target_load: 1.0
 """
 
 
