@@ -18,7 +18,8 @@ the LiveKit CLI's `lk agent dev|start agent/app.py` runs the same). No deprecate
 - The first load check starts the sampler (agent/worker_stats.py: CPU, loop lag per call, GC, RSS; one JSON line a
   second to `AGENT_STATS_PATH` when set); each call's loop gets a lag probe.
 - Remote engine: with `TTS_ENGINE_URL` set, no model is loaded here; synthesis goes over HTTP to
-  `python -m tts_engine serve` (for deployments that put TTS on its own GPU).
+  `python -m tts_engine serve` (for deployments that put TTS on its own GPU). Such a worker uses no GPU and hides
+  the GPUs from itself and its job processes at start-up (`leave_the_gpus`).
 - Each job: connect (audio only); leave at once, without a word, if another agent of ours holds the room's call
   (a room dispatched twice, or made again after a LiveKit restart: `agent.one_agent`); else build
   `agent.voice.Call` with our audio output publishing its own track, start the AgentSession on the room, keep
@@ -37,8 +38,9 @@ the LiveKit CLI's `lk agent dev|start agent/app.py` runs the same). No deprecate
 - When a call's runner closes, the worker sends LiveKit its load and status at once
   (`livekit_internals.report_status_when_jobs_end`): LiveKit's own update comes every 2.5 s, and a one-call worker
   stayed "full" to it that long after its call ended.
-- Stall watchdog: the worker's own event loop gets a lag probe like each call's (agent/worker_stats.py logs a
-  stall when the loop runs again, and ends a worker whose loop stays stuck so that its supervisor restarts it).
+- Stall watchdog: the worker's own event loop gets a lag probe like each call's (common/loop_watch.py logs a stall
+  when the loop runs again; agent/worker_stats.py ends a worker whose loop stays stuck so that its supervisor
+  restarts it).
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ from agent.trace_otel import install_from_env as install_otel
 from agent.tracing import WRITES, check_traces_dir
 from agent.vad import load_vad
 from agent.voice import Call
+from common.loop_watch import LoopProbe
 from common.process import tune_process
 
 logger = logging.getLogger("agent.worker")
@@ -98,7 +101,7 @@ CPU_WINDOW_S = 5.0  # the load's CPU term: long enough to span a reply's bursts,
 HEALTH_PATH = "/health"
 HEALTH_STALL_WINDOW_S = 60.0  # a loop stall this recent makes /health say "degraded"
 _traces_problems: list[str] | None = None  # the start-up check's findings (None: not checked yet)
-_worker_probe: worker_stats.LoopProbe | None = None  # the worker's own loop's lag probe
+_worker_probe: LoopProbe | None = None  # the worker's own loop's lag probe
 
 
 def get_backend(cfg: AgentConfig) -> TTSBackend:
@@ -385,6 +388,9 @@ def build_server(cfg: AgentConfig) -> AgentServer:
     """The worker: an AgentServer whose one rtc_session is `entrypoint`, dispatched by name (AGENT_NAME); a job
     offer is accepted only while a call slot is free, counted on the loop (agent/admission.py)."""
     livekit_internals.close_runners_cancelled_in_prewarm()  # else stopping during a runner's prewarm hangs
+    if cfg.tts_engine_url and os.environ.get("CUDA_VISIBLE_DEVICES") == "":  # logged here: logging is set up now
+        logger.info("the TTS engine is remote (%s): this worker and its calls see no GPU (CUDA_VISIBLE_DEVICES=''), "
+                    "so joining a room creates no CUDA context", cfg.tts_engine_url)
     server = AgentServer(**server_options(cfg))
     add_health_route(server)
     server.on("worker_started", watch_worker_loop)
@@ -408,11 +414,23 @@ def worker_config() -> AgentConfig:
         return _config
 
 
+def leave_the_gpus(cfg: AgentConfig) -> bool:
+    """A worker whose engine is remote uses no GPU, but LiveKit's WebRTC, seeing one, creates a CUDA context in each
+    process's first room join (for NVIDIA video codecs an audio call never uses), and contexts are made one at a time
+    across processes (docs/operations.md, "Sizing", has the measurements). Such a worker hides the GPUs
+    (`CUDA_VISIBLE_DEVICES` empty) before any room is joined; its job processes inherit it. True when it did."""
+    if not cfg.tts_engine_url or os.environ.get("CUDA_VISIBLE_DEVICES") == "":
+        return False
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    return True
+
+
 def check_startup() -> AgentConfig:
     """The configuration (ConfigError naming the variable) and, for a configured checkpoint, the doctor: it reads
     headers only, so a broken checkpoint stops the worker with one line per problem and exit 2, instead of a
-    traceback inside LiveKit's prewarm."""
+    traceback inside LiveKit's prewarm. A remote engine's worker leaves the GPUs alone (`leave_the_gpus`)."""
     cfg = worker_config()
+    leave_the_gpus(cfg)
     check_otel()  # a bad OTEL_EXPORTER_OTLP_PROTOCOL stops here, not in each job's prewarm
     check_traces_once(cfg)  # warns only: a call works without its traces
     if not cfg.tts_engine_url:

@@ -5,6 +5,7 @@ prewarm + entrypoint on the process-wide engine."""
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +87,8 @@ async def test_the_health_route_reports_traces_not_written_and_loop_stalls(
 
     import aiohttp
 
-    from agent import tracing, worker_stats
+    from agent import tracing
+    from common import loop_watch
     from token_server.agent_guard import HttpWorkers
 
     def free_port() -> int:
@@ -104,7 +106,7 @@ async def test_the_health_route_reports_traces_not_written_and_loop_stalls(
     monkeypatch.setattr(worker, "_worker_probe", None)
     writes = tracing.WriteHealth()
     monkeypatch.setattr(worker, "WRITES", writes)
-    monkeypatch.setattr(worker_stats, "STALL_LOG_S", 0.3)
+    monkeypatch.setattr(loop_watch, "STALL_LOG_S", 0.3)
     server = worker.build_server(cfg)
     run = asyncio.create_task(server.run())
     try:
@@ -149,3 +151,15 @@ async def test_the_health_route_reports_traces_not_written_and_loop_stalls(
         await server.aclose()
         run.cancel()
         await asyncio.gather(run, return_exceptions=True)
+
+
+def test_a_worker_with_a_remote_engine_leaves_the_gpus_to_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LiveKit's WebRTC creates a CUDA context in each process's first room join when it sees a GPU (0.6 s a process
+    on the H200 host, serialized across processes): a worker whose engine is remote hides the GPUs, whatever it was
+    given, before any room is joined; a worker with its own engine keeps them."""
+    env = {"LIVEKIT_URL": "ws://127.0.0.1:9", "LIVEKIT_API_KEY": "k", "LIVEKIT_API_SECRET": "s" * 32}
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert not worker.leave_the_gpus(AgentConfig.from_env(env)) and os.environ["CUDA_VISIBLE_DEVICES"] == "0,1"
+    remote = AgentConfig.from_env({**env, "TTS_ENGINE_URL": "http://127.0.0.1:9000"})
+    assert worker.leave_the_gpus(remote) and os.environ["CUDA_VISIBLE_DEVICES"] == ""
+    assert not worker.leave_the_gpus(remote)  # once: the job processes inherit it
