@@ -405,14 +405,17 @@ def markdown(report: dict[str, Any]) -> str:
              "| N | failed | unanswered | failed turns (worker) | response P50 / P95 / P99 (ms) | calls with a gap | "
              "gaps (max ms) | "
              "stalls (max ms) | concealed ms | barge-in -> silence P50 / P95 | caller late P99 / max (ms) | "
-             "worker CPU cores | loop lag P99 max (ms) | calls per worker, max (LiveKit's jobs) | "
+             "worker CPU cores (with its job processes) | loop lag P99 max (ms) | "
+             "calls per worker, max (LiveKit's jobs) | "
              "host busy mean / max | host cores by role (mean) | response P50 / P95 by the worker's wait (n) |",
              "|" + "---|" * 17]  # fmt: skip
     for lv in report["levels"]:
         r, b, ws = lv["response_ms"], lv["barge_in_silence_ms"], lv["workers"]
         late = max((h["publish_late_ms"]["p99"] or 0 for h in lv["caller_processes"]), default=None)
         worst = max((h["publish_late_ms"]["max"] or 0 for h in lv["caller_processes"]), default=None)
-        cpus = [c for w in ws if (c := (w.get("cpu_cores") or {}).get("mean")) is not None]
+        # each worker's process, plus its child processes (a PROCESS worker's calls) where its stats file has them
+        cpus = [round(c + (w.get("cpu_children_cores_mean") or 0.0), 3) for w in ws
+                if (c := (w.get("cpu_cores") or {}).get("mean")) is not None]  # fmt: skip
         lags = [v for w in ws if (v := (w.get("loop_lag_ms") or {}).get("p99_max")) is not None]
         cpu = " + ".join(str(c) for c in cpus) or None
         spread = " / ".join(f"{w.get('calls_max')} ({w.get('livekit_jobs_max')})" for w in ws) or None

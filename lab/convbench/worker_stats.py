@@ -2,7 +2,8 @@
 
 Contract: `read(path)` returns the records (an absent file, a torn last line or a line that is not an object are
 skipped: the worker may still be writing); `summarize(records, t0, t1)` reduces those with `t_wall` in [t0, t1)
-to what the many-calls report shows: process CPU in cores (mean, max) and the share of the usable cores, the
+to what the many-calls report shows: process CPU in cores (mean, max) and the share of the usable cores, its child
+processes' CPU (mean), the
 busiest thread kinds, event-loop lag (worst P99 and max over the calls' loops, loops that fell a frame behind),
 GC pauses, RSS, calls, engine streams and the load reported to LiveKit. A key the worker does not write yet reads
 as None, so the runner works with an older worker and with no file at all.
@@ -63,6 +64,8 @@ def summarize(records: list[dict[str, Any]], t0: float, t1: float, top: int = 5)
         "cpu_cores": {"mean": cpu_mean, "max": _stat(_values(rows, "cpu_cores"), "max"), "usable": usable,
                       "share": round(cpu_mean / usable, 3) if cpu_mean is not None and usable else None},
         "cpu_python_cores_mean": _stat(_values(rows, "cpu_python_cores"), "mean"),
+        # its child processes (a PROCESS worker's calls): None from a worker that does not write it yet
+        "cpu_children_cores_mean": _stat(_values(rows, "cpu_children_cores"), "mean"),
         "host_busy_max": _stat(_values(rows, "host_busy"), "max"),
         "threads": {name: round(cores, 3) for cores, name in busiest},
         "loop_lag_ms": {"p99_max": _stat(_values(rows, "loop_lag_ms", "p99"), "max"),

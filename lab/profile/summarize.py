@@ -5,6 +5,7 @@ results/profiles/*/README.md (issue 41). Not product code.
     python -m lab.profile.summarize loop FILE [--thread MainThread]         # an event loop thread: waits vs callbacks
     python -m lab.profile.summarize dispatch PROBE.jsonl [AGENT_LOG]        # offer -> call start, step by step
     python -m lab.profile.summarize fold FILE [--probe P] [--flame]         # the stacks for flamegraph.pl
+    python -m lab.profile.summarize call-start LIVEKIT_LOG                  # caller joined -> agent in, per room
 
 `--probe` (the dispatch probe's jsonl) names each job process by its room.
 
@@ -21,6 +22,9 @@ import re
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Any
+
+from common.percentiles import percentiles
 
 LINE = re.compile(r":\d+\)$")
 SELECT = tuple(f"{kind}Selector.select (selectors.py)" for kind in ("Epoll", "Poll", "Select"))  # the loop waits here
@@ -207,6 +211,66 @@ def dispatch(path: Path, agent_log: Path | None) -> str:
     return "\n".join(out)
 
 
+#: a line of LiveKit's server log (its console format): time, level, logger, source, message, then the fields as JSON
+LIVEKIT_LINE = re.compile(r"^(\S+)\s+\w+\s+\S+\s+\S+\s+(.+?)\s+(\{.*\})\s*$")
+LEVEL = re.compile(r"-n(\d+)-")  # many's room names: mc-<run>-n<N>-<index>
+
+
+def call_start(path: Path) -> dict[str, Any]:
+    """Per room, from LiveKit's own log: the caller's session start (its first participant that is not an agent) ->
+    the job assigned to a worker -> the agent's join -> the agent active, in seconds; grouped by many's level (the
+    `-n<N>-` in a room's name, else one group) with P50 / P95 / max of caller -> agent active; and the dispatches
+    the server refused ("no servers available")."""
+    rooms: dict[str, dict[str, float]] = {}
+    refused = 0
+    for line in path.read_text(errors="replace").splitlines():
+        if "no servers available" in line:
+            refused += 1
+        m = LIVEKIT_LINE.match(line)
+        if not m:
+            continue
+        try:
+            fields = json.loads(m.group(3))
+        except ValueError:
+            continue
+        room, who, msg = fields.get("room"), str(fields.get("participant", "")), m.group(2)
+        if not isinstance(room, str):
+            continue
+        t = _log_time({"timestamp": m.group(1)})
+        r = rooms.setdefault(room, {})
+        agent = who.startswith("agent-")
+        if msg == "starting RTC session":
+            r.setdefault("agent_join" if agent else "caller", t)
+        elif msg == "participant active" and agent:
+            r.setdefault("agent_active", t)
+        elif msg == "assigned job to worker":
+            r.setdefault("assigned", t)
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for room, r in rooms.items():
+        if "caller" not in r:
+            continue
+        level = LEVEL.search(room)
+        rel = {k: (round(r[k] - r["caller"], 3) if k in r else None) for k in ("assigned", "agent_join",
+                                                                                "agent_active")}  # fmt: skip
+        groups[level.group(1) if level else "all"].append({"room": room, **rel})
+    summary = {}
+    for level, rows in groups.items():
+        got = [float(x["agent_active"]) for x in rows if x["agent_active"] is not None]
+        pct = percentiles(got, (50, 95), digits=2)
+        summary[level] = {"rooms": len(rows), "no_agent": len(rows) - len(got), "p50_s": pct["p50"],
+                          "p95_s": pct["p95"], "max_s": max(got, default=None), "rows": rows}  # fmt: skip
+    return {"refused_dispatches": refused, "levels": summary}
+
+
+def call_start_table(report: dict[str, Any]) -> str:
+    out = [f"dispatches refused by the server: {report['refused_dispatches']}", "",
+           "| level | rooms | no agent | caller -> agent active P50 / P95 / max (s) |", "|---|---|---|---|"]
+    for level, s in sorted(report["levels"].items(), key=lambda kv: (not kv[0].isdigit(), int(kv[0]) if kv[0].isdigit()
+                                                                     else 0)):  # fmt: skip
+        out.append(f"| {level} | {s['rooms']} | {s['no_agent']} | {s['p50_s']} / {s['p95_s']} / {s['max_s']} |")
+    return "\n".join(out)
+
+
 def _log_time(rec: dict) -> float:
     import datetime as dt
 
@@ -236,6 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     d = sub.add_parser("dispatch")
     d.add_argument("probe", type=Path)
     d.add_argument("agent_log", type=Path, nargs="?")
+    c = sub.add_parser("call-start", help="caller joined -> agent active per room, from LiveKit's log")
+    c.add_argument("livekit_log", type=Path)
+    c.add_argument("--json", type=Path, help="also write every room's times here")
     a = p.parse_args(argv)
     if a.cmd == "stacks":
         print(stacks(a.file, a.top, a.match, labels_from_probe(a.probe)))
@@ -250,6 +317,11 @@ def main(argv: list[str] | None = None) -> int:
             merged[";".join(frames)] += count
         for stack, count in merged.items():
             print(stack, count)
+    elif a.cmd == "call-start":
+        report = call_start(a.livekit_log)
+        if a.json:
+            a.json.write_text(json.dumps(report, indent=1) + "\n")
+        print(call_start_table(report))
     else:
         print(dispatch(a.probe, a.agent_log))
     return 0
