@@ -1,46 +1,19 @@
 """The LiveKit worker: an `AgentServer` with one `rtc_session` (LiveKit 1.8.9's current entry point), run by
-`python -m agent dev|start` through LiveKit's own `python -m livekit.agents start` (agent/app.py is the file it loads;
-the LiveKit CLI's `lk agent dev|start agent/app.py` runs the same). No deprecated `WorkerOptions` + `cli.run_app`.
+`python -m agent dev|start` through LiveKit's own `python -m livekit.agents start` (agent/app.py is the file it loads).
 
-- Executor: THREAD by default (`AGENT_JOB_EXECUTOR`), so every call in this process shares the one engine
-  (one model copy per GPU, batching across calls). Under THREAD each job thread runs `prewarm` on its own
-  `JobProcess`, so the engine is a module-level singleton behind a lock; the VAD (cheap, per event loop) is
-  loaded per prewarm.
-- `prewarm` loads Silero VAD and the engine (weights, CUDA graphs, warm-up), then tunes the runtime
-  (GIL switch interval, gc.freeze; agent/voice.py says why). `initialize_process_timeout` is raised to
-  `AGENT_INIT_TIMEOUT_S` (600 s) because a model load takes far longer than LiveKit's 10 s default.
-- `load_fnc` (`current_load`): the largest share in use of three limits: calls of `AGENT_MAX_SESSIONS`, engine
-  streams of the engine's capacity, the process's CPU share of its cores of `AGENT_CPU_LIMIT`; scaled so that a
-  limit reached reads as `AGENT_LOAD_THRESHOLD`, where LiveKit offers the worker no call (docs/operations.md
-  "Capacity and load").
-- `on_request` (`agent.admission.Admission`): an offer is declined when `AGENT_MAX_SESSIONS` jobs run or are
-  launching, counted on the loop; the load alone let a lagging worker take 12 jobs with a limit of 8.
-- The first load check starts the sampler (agent/worker_stats.py: CPU, loop lag per call, GC, RSS; one JSON line a
-  second to `AGENT_STATS_PATH` when set); each call's loop gets a lag probe.
-- Remote engine: with `TTS_ENGINE_URL` set, no model is loaded here; synthesis goes over HTTP to
-  `python -m tts_engine serve` (for deployments that put TTS on its own GPU). Such a worker uses no GPU and hides
-  the GPUs from itself and its job processes at start-up (`leave_the_gpus`).
-- Each job: connect (audio only); leave at once, without a word, if another agent of ours holds the room's call
-  (a room dispatched twice, or made again after a LiveKit restart: `agent.one_agent`); else build
-  `agent.voice.Call` with our audio output publishing its own track, start the AgentSession on the room, keep
-  talking with its caller while others wait (`agent.callers`; the job ends a second after the last caller left,
-  freeing its call slot), write traces to `TRACES_DIR`, and keep the call's open turns in its journal
-  (`agent.journal`), so a worker that dies leaves its turns closed as `worker_lost` by whoever recovers it.
-- A job that the token server's agent guard dispatched to replace a lost agent (its metadata says why:
-  `token_server/agent_guard.py`) first tells the caller so, in one short sentence.
-- At start-up the worker recovers the calls of workers that died on this machine with no supervisor watching
-  (`agent.recovery`), and warns when the traces folder (`TRACES_DIR`) is not writable or nearly full
-  (`agent.tracing.check_traces_dir`): calls still work then, without their traces.
-- `GET /health` on the worker's health server (`AGENT_HTTP_PORT`, beside LiveKit's own `/` and `/worker`): JSON
-  with `status` ("ok", or "degraded" while traces are not being written or a loop stalled in the last
-  `HEALTH_STALL_WINDOW_S`), the calls in progress, the traces' state (`agent.tracing.WRITES`, the start-up
-  problems) and the loop stalls seen (`agent.worker_stats`); always HTTP 200: a degraded worker still serves calls.
-- When a call's runner closes, the worker sends LiveKit its load and status at once
-  (`livekit_internals.report_status_when_jobs_end`): LiveKit's own update comes every 2.5 s, and a one-call worker
-  stayed "full" to it that long after its call ended.
-- Stall watchdog: the worker's own event loop gets a lag probe like each call's (common/loop_watch.py logs a stall
-  when the loop runs again; agent/worker_stats.py ends a worker whose loop stays stuck so that its supervisor
-  restarts it).
+- `prewarm`: Silero VAD and the engine (a module-level singleton under the default THREAD executor, so every call in
+  the process shares one model copy), then the runtime's tuning; with `TTS_ENGINE_URL` no model is loaded here and
+  the worker hides the GPUs from itself (`leave_the_gpus`).
+- `current_load` (LiveKit's `load_fnc`): the largest share in use of calls, engine streams and CPU, scaled so that a
+  limit reached reads `AGENT_LOAD_THRESHOLD`; `on_request` declines an offer when `AGENT_MAX_SESSIONS` jobs run or
+  are launching (`agent.admission`).
+- `entrypoint`, each job: leave at once if another agent of ours holds the room (`agent.one_agent`); else a
+  `agent.voice.Call` with the caller `agent.callers` picks, traces to `TRACES_DIR`, open turns in its journal.
+- Start-up: the configuration and checkpoint checks (exit 2 with one line per problem), the recovery of calls whose
+  worker died here (`agent.recovery`), the traces folder's check (warns only).
+- `GET /health` on `AGENT_HTTP_PORT`: status ("ok" or "degraded"), calls, traces, loop stalls; always HTTP 200.
+- The worker's own loop has a stall watchdog (common/loop_watch.py; agent/worker_stats.py restarts a stuck worker).
+docs/agent.md, "The worker", says why each of these is as it is.
 """
 
 from __future__ import annotations

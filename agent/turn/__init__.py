@@ -14,6 +14,6 @@ One module per idea (docs/agent.md, "Turn-taking", says how they work together):
 - `end_of_turn`: has the caller finished (voice model + words), the wait it chooses.
 - `words`: what a transcript says (finished or not; backchannel or request).
 - `early_stt`: the words go to STT at the pause. `overlap_words`: speech over the agent transcribed as it goes on.
-- `smart_turn`: Smart Turn v3.2 (the model inside the pipecat-ai wheel) as a scorer of the caller's audio; used
-  offline by lab/convbench/eot_offline.py, not yet by `end_of_turn` (results/convbench/eot_offline_2026-12-02 says why).
+A candidate not in the live decision, Smart Turn v3.2 on the caller's audio, is scored offline in the lab
+(lab/convbench/smart_turn.py, eot_offline.py; results/convbench/eot_offline_2026-12-02 says why it is not wired).
 """

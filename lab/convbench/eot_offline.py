@@ -2,7 +2,7 @@
 
 For every pause inside a turn and every true end of a turn in the corpora, the caller's audio from the turn's
 start to the last voiced sample before the pause (or the end), followed by 0, 100, 200 ... ms of silence, is scored
-by Smart Turn (agent/turn/smart_turn.py) at each 100 ms step: the probability the agent would see if it asked the
+by Smart Turn (lab/convbench/smart_turn.py) at each 100 ms step: the probability the agent would see if it asked the
 model every 100 ms of silence. Scores are cached (`--scores`), so refitting costs nothing.
 
 Decision rules compared, each counted from the last voiced sound:
@@ -43,11 +43,11 @@ from typing import Any
 
 import numpy as np
 
-from agent.turn.smart_turn import RATE as ST_RATE
-from agent.turn.smart_turn import SmartTurn, to_16k
 from agent.turn.words import Completeness, completeness
 from lab.convbench.audio import RATE
 from lab.convbench.script import Turn, load_script
+from lab.convbench.smart_turn import RATE as ST_RATE
+from lab.convbench.smart_turn import SmartTurn, to_16k
 
 STEP_MS = 100
 MAX_MS = 2500  # today's bounded maximum wait (EOT_MAX_DELAY_S): the fallback of every new rule
@@ -125,7 +125,7 @@ def cpu_cost(model: SmartTurn, calls: int = 40) -> dict[str, Any]:
         model.probability(audio)
         wall.append((time.perf_counter() - w) * 1e3)
         cpu.append((time.process_time() - c) * 1e3)
-    from agent.turn.smart_turn import features
+    from lab.convbench.smart_turn import features
 
     f0 = time.process_time()
     for _ in range(10):

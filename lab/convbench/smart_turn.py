@@ -14,9 +14,9 @@ Python is imported; the features below are our own code, written to the model's 
 - input `input_features` float32 (1, 80, 800); output a sigmoid probability that the turn is complete.
 
 Cost: one `SmartTurn().probability(audio)` is tens of ms of one core (results/convbench/eot_offline_2026-12-02/
-has the measurement). It is not wired into the worker (agent/turn/end_of_turn.py); lab/convbench/eot_offline.py
-fits the schedule of thresholds it would be used with, and finds it worth running only from ~800 ms of silence
-on NEUTRAL words.
+has the measurement). It lives in the lab because the worker does not use it: agent/turn/end_of_turn.py decides
+without it, and lab/convbench/eot_offline.py, which fits the schedule of thresholds it would be used with, finds it
+worth running only from ~800 ms of silence on NEUTRAL words. Wiring it in means moving it back to agent/turn/.
 """
 
 from __future__ import annotations

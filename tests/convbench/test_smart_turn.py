@@ -1,4 +1,4 @@
-"""agent/turn/smart_turn.py: Smart Turn v3.2's features follow the model's input contract, the model scores a
+"""lab/convbench/smart_turn.py: Smart Turn v3.2's features follow the model's input contract, the model scores a
 generated clip, and a machine without the model's wheel gets an error that says how to install it."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import importlib.util
 import numpy as np
 import pytest
 
-from agent.turn import smart_turn
-from agent.turn.smart_turn import RATE, SAMPLES, SmartTurn, SmartTurnUnavailable, features, fit_window, mel_bank
+from lab.convbench import smart_turn
+from lab.convbench.smart_turn import RATE, SAMPLES, SmartTurn, SmartTurnUnavailable, features, fit_window, mel_bank
 
 
 def _model_installed() -> bool:
