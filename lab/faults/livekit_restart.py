@@ -28,6 +28,7 @@ from typing import Any
 from lab.callbench.browser import BrowserCall
 from lab.callbench.rtc_caller import until_no_jobs
 from lab.callbench.stack import LocalStack
+from lab.faults.report import markdown, measured, p50, top, verdict
 from lab.faults.tries import repeat
 
 LOST_NOTICE = "A new agent took over"  # web/app.js TEXT.back: the conversation was lost
@@ -134,4 +135,24 @@ def describe(r: dict[str, Any]) -> str:
 def run(stack: LocalStack, wav: Path, *, tries: int, target_s: float) -> dict[str, Any]:
     report = repeat("livekit-restart", tries, lambda i: restart_try(stack, wav, index=i),
                     lambda r: passed(r, target_s * 1000.0), describe)  # fmt: skip
-    return {**report, "target_ms": target_s * 1000.0}
+    return {**report, "target_ms": target_s * 1000.0, "summary": summary(report["results"])}
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    gaps = measured(rows, "without_agent_ms")
+    return {"without_agent_p50_ms": p50(gaps), "without_agent_max_ms": top(gaps),
+            "false_lost": sum(r["false_lost"] for r in rows), "stand_in_kept": sum(not r["same_agent"] for r in rows)}
+
+
+def table(report: dict[str, Any]) -> str:
+    s = report["summary"]
+    return markdown(
+        f"LiveKit's server restarted mid-call (the caller in Chromium); target: the page's agent back within "
+        f"{report['target_ms'] / 1000:g} s, its own agent, no false \"lost\" notice, a new latency row and transcript "
+        f"line. {report['passed']}/{report['tries']} passed.",
+        ["try", "restart (s)", "without an agent (ms)", "agents after", "same agent", 'false "lost"',
+         "new row after (ms)", "new line after (ms)", "ok"],
+        ([r["try"], r["restart_s"], r["without_agent_ms"], len(r["agents"]), r["same_agent"], r["false_lost"],
+          r["turn_ms"], r["line_ms"], verdict(r)] for r in report["results"]),
+        f"without an agent: P50 {s['without_agent_p50_ms']} ms, max {s['without_agent_max_ms']} ms; false \"lost\" "
+        f"notices {s['false_lost']}; a stand-in kept {s['stand_in_kept']}")

@@ -41,6 +41,7 @@ from agent.journal import journal_dir
 from lab.callbench.rtc_caller import worker_info
 from lab.callbench.stack import ROOT, LocalStack
 from lab.faults.netns import CallerNetwork
+from lab.faults.report import markdown, verdict
 
 #: the load of a worker with no call and no engine stream: agent/worker.py reports 1e-9 then (its float sums'
 #: margin), when the stack runs with AGENT_CPU_LIMIT=off (the drills' STACK_ENV: the CPU term is not about leftovers)
@@ -230,3 +231,13 @@ async def run(stack: LocalStack, net: CallerNetwork, wav: Path, *, cuts: list[fl
                                                           "turns_traced") if k in r)
                   + f"; {'ok' if r['ok'] else 'FAIL'}", flush=True)  # fmt: skip
     return {"cuts": cuts, "tries": tries, "results": results, "passed": sum(r["ok"] for r in results)}
+
+
+def table(report: dict[str, Any]) -> str:
+    return markdown(
+        f"Caller's network cut mid-reply. {report['passed']}/{len(report['results'])} passed.",
+        ["cut (s)", "try", "agent heard again after (ms)", "caller transcribed after (ms)", "first call closed",
+         "caller after the cut", "jobs / load at the end", "turns traced", "ok"],
+        ([f"{r['cut_s']:g}", r["try"], r.get("heard_after_ms", "-"), r.get("transcribed_after_ms", "-"),
+          r.get("first_call_closed", "-"), r.get("caller") or ("connected" if r.get("recovered") else "-"),
+          f"{r['worker_jobs']} / {r['worker_load']}", r["turns_traced"], verdict(r)] for r in report["results"]))

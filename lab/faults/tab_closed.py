@@ -24,6 +24,7 @@ from typing import Any
 from lab.callbench.browser import BrowserCall
 from lab.callbench.rtc_caller import until_no_jobs
 from lab.callbench.stack import LocalStack
+from lab.faults.report import markdown, measured, p50, top, verdict
 from lab.faults.tries import repeat
 
 SPEAKING_JS = "() => window.voiceCall.agent?.shown === 'speaking'"
@@ -103,4 +104,25 @@ def describe(r: dict[str, Any]) -> str:
 def run(stack: LocalStack, wav: Path, *, tries: int, target_s: float) -> dict[str, Any]:
     report = repeat("tab-closed", tries, lambda i: closed_try(stack, wav, index=i), lambda r: passed(r, target_s),
                     describe)  # fmt: skip
-    return {**report, "target_ms": target_s * 1000.0}
+    return {**report, "target_ms": target_s * 1000.0, "summary": summary(report["results"])}
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    agent, freed = measured(rows, "agent_ms"), measured(rows, "freed_ms")
+    return {"agent_p50_ms": p50(agent), "agent_max_ms": top(agent), "freed_p50_ms": p50(freed),
+            "freed_max_ms": top(freed), "first_answered": sum(r["first_question_answered"] for r in rows)}
+
+
+def table(report: dict[str, Any]) -> str:
+    s = report["summary"]
+    return markdown(
+        f"A caller closes the tab mid-reply, the next joins at once; one-call worker, both in Chromium. Target: the "
+        f"next caller's agent within {report['target_ms'] / 1000:g} s of Join, their question answered. "
+        f"{report['passed']}/{report['tries']} passed.",
+        ["try", "worker free after the close (ms)", "next caller's Join after the close (ms)", "agent after Join (ms)",
+         "first answer after Join (ms)", "first question answered", "ok"],
+        ([r["try"], r["freed_ms"], r["joined_after_close_ms"], r["agent_ms"], r["answered_ms"],
+          r["first_question_answered"], verdict(r)] for r in report["results"]),
+        f"agent after Join: P50 {s['agent_p50_ms']} ms, max {s['agent_max_ms']} ms; worker free: P50 "
+        f"{s['freed_p50_ms']} ms, max {s['freed_max_ms']} ms; first question answered "
+        f"{s['first_answered']}/{report['tries']}")

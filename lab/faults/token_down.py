@@ -19,6 +19,7 @@ from typing import Any
 from lab.callbench.browser import BrowserCall
 from lab.callbench.rtc_caller import until_no_jobs
 from lab.callbench.stack import LocalStack
+from lab.faults.report import markdown, verdict
 from lab.faults.tries import repeat
 
 NOTICE_JS = "() => document.getElementById('notice').textContent"
@@ -70,3 +71,12 @@ def describe(r: dict[str, Any]) -> str:
 
 def run(stack: LocalStack, wav: Path, *, tries: int) -> dict[str, Any]:
     return repeat("token-down", tries, lambda i: down_try(stack, wav, index=i), passed, describe)
+
+
+def table(report: dict[str, Any]) -> str:
+    return markdown(
+        f"The token server down when a fresh page presses Join, then back, in Chromium; target: a clear notice, then "
+        f"Join works without a reload. {report['passed']}/{report['tries']} passed.",
+        ["try", "the page said", "Join again without reload", "agent after it (ms)", "ok"],
+        ([r["try"], r.get("notice", "").split(":")[0], r["rejoined"], r["agent_ms"], verdict(r)]
+         for r in report["results"]))

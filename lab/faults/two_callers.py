@@ -26,6 +26,7 @@ from typing import Any
 from lab.callbench.browser import BrowserCall
 from lab.callbench.rtc_caller import until_no_jobs
 from lab.callbench.stack import LocalStack
+from lab.faults.report import markdown, measured, p50, top, verdict
 from lab.faults.tries import repeat
 
 SPEAKING_JS = "() => window.voiceCall.agent?.shown === 'speaking'"
@@ -111,4 +112,31 @@ def describe(r: dict[str, Any]) -> str:
 
 def run(stack: LocalStack, wav: Path, *, tries: int, overlap_s: float = 16.0) -> dict[str, Any]:
     report = repeat("two-callers", tries, lambda i: two_try(stack, wav, index=i, overlap_s=overlap_s), passed, describe)
-    return {**report, "overlap_s": overlap_s}
+    return {**report, "overlap_s": overlap_s, "summary": summary(report["results"])}
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    told, turned = measured(rows, "told_ms"), measured(rows, "turned_ms")
+    return {"told_p50_ms": p50(told), "told_max_ms": top(told), "turned_p50_ms": p50(turned),
+            "turned_max_ms": top(turned), "answered_p50_ms": p50(measured(rows, "second_answered_ms")),
+            "first_answered": sum(r["first_answered"] >= 1 for r in rows),
+            "words_under_another_name": sum(r["second_heard_early"] + r["first_saw_other"] for r in rows)}
+
+
+def table(report: dict[str, Any]) -> str:
+    s = report["summary"]
+    return markdown(
+        f"Two people in one room, both in Chromium; the first talks with the agent, the second joins, both stay "
+        f"{report['overlap_s']:g} s, then the first leaves. Target: the second told within 3 s, the first kept and "
+        f"heard, nothing published under another's name, no latency row on the second's page meanwhile, the second "
+        f"told within 3 s that the agent is theirs and answered. {report['passed']}/{report['tries']} passed.",
+        ["try", "second told (ms)", "first heard / answered meanwhile", "words under another's name",
+         "second's rows meanwhile", "first page notices", "turned to second (ms)", "second heard (ms)",
+         "second answered (ms)", "ok"],
+        ([r["try"], r["told_ms"], f"{r['first_heard']} / {r['first_answered']}",
+          r["second_heard_early"] + r["first_saw_other"], r["second_rows_early"], len(r["first_notices"]),
+          r["turned_ms"], r["second_heard_ms"], r["second_answered_ms"], verdict(r)] for r in report["results"]),
+        f"second told: P50 {s['told_p50_ms']} ms, max {s['told_max_ms']} ms; turned to the second after the first "
+        f"left: P50 {s['turned_p50_ms']} ms, max {s['turned_max_ms']} ms; second answered: P50 {s['answered_p50_ms']} "
+        f"ms after the first left; the first caller answered while both were in: {s['first_answered']}/"
+        f"{report['tries']}; words under another's name: {s['words_under_another_name']}")

@@ -23,6 +23,7 @@ from typing import Any
 from lab.callbench.browser import BrowserCall
 from lab.callbench.rtc_caller import until_no_jobs
 from lab.callbench.stack import LocalStack
+from lab.faults.report import markdown, verdict
 from lab.faults.tries import repeat
 
 SPEAKING_JS = "() => window.voiceCall.agent?.shown === 'speaking'"
@@ -96,3 +97,14 @@ def run(stack: LocalStack, wav: Path, *, tries: int, stop_s: float) -> dict[str,
     report = repeat("worker-freeze", tries, lambda i: freeze_try(stack, wav, index=i, stop_s=stop_s), passed,
                     describe)  # fmt: skip
     return {**report, "stop_s": stop_s}
+
+
+def table(report: dict[str, Any]) -> str:
+    return markdown(
+        f"The worker SIGSTOPped {report['stop_s']:g} s mid-reply, the caller in Chromium; target: the stall logged "
+        f"within 2 s of SIGCONT, naming the whole process, a page notice while silent, the same agent after. "
+        f"{report['passed']}/{report['tries']} passed.",
+        ["try", "page notice after SIGSTOP (ms)", "stall logged after SIGCONT (ms)", "whole process named",
+         "notice gone after SIGCONT (ms)", "same agent", "ok"],
+        ([r["try"], r["noticed_ms"], r["logged_ms"], r["named"], r["cleared_ms"], r["same_agent"], verdict(r)]
+         for r in report["results"]))

@@ -26,6 +26,7 @@ from typing import Any
 
 from lab.callbench.stack import LocalStack, wait_for_line
 from lab.faults.caller import FaultCaller
+from lab.faults.report import markdown, measured, p50, top, verdict
 
 EXTRA = "worker_b"
 
@@ -151,4 +152,22 @@ async def run(stack: LocalStack, wav: Path, *, workers: int, tries: int, target_
               f"{r['left_ms']} ms, new agent {r['joined_ms']} ms, heard {r['heard_ms']} ms; trace "
               f"{'worker_lost' if r['trace'] else 'MISSING'}; {'ok' if r['ok'] else 'FAIL'}", flush=True)  # fmt: skip
     return {"workers": workers, "tries": tries, "target_ms": target_s * 1000, "results": results,
-            "passed": sum(r["ok"] for r in results), "rss_mb": memory_mb}  # fmt: skip
+            "passed": sum(r["ok"] for r in results), "rss_mb": memory_mb, "summary": summary(results)}  # fmt: skip
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    heard = measured(rows, "heard_ms")
+    return {"heard_p50_ms": p50(heard), "heard_p95_ms": p50(heard, 95), "heard_max_ms": top(heard)}
+
+
+def table(report: dict[str, Any]) -> str:
+    s = report["summary"]
+    return markdown(
+        f"Worker killed (SIGKILL) mid-reply, {report['workers']} worker(s); target: heard again within "
+        f"{report['target_ms'] / 1000:g} s. {report['passed']}/{report['tries']} passed.",
+        ["try", "killed", "dead agent gone (ms)", "new agent joined (ms)", "new agent heard (ms)", "trace",
+         "conversation goes on", "ok"],
+        ([r["try"], r["worker"], r["left_ms"], r["joined_ms"], r["heard_ms"],
+          (r["trace"] or {}).get("outcome", "MISSING"), r.get("answered_after", "-"), verdict(r)]
+         for r in report["results"]),
+        f"heard again: P50 {s['heard_p50_ms']} ms, P95 {s['heard_p95_ms']} ms, max {s['heard_max_ms']} ms")

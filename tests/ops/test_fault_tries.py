@@ -1,5 +1,5 @@
 """A drill's tries (lab/faults/tries.py): each try graded and printed, the report in the shape the drills' tables
-read (lab/faults/__main__.py `table`)."""
+read (each drill's `table`, lab/faults/report.py)."""
 
 from __future__ import annotations
 
