@@ -17,7 +17,8 @@ HTTP) in place of the LLM and STT with production-like times (first token 150 ms
 processes behind the one LiveKit server (each with its own engine, stats file and an even share of the largest N
 as `AGENT_MAX_SESSIONS`), `--gpus G` spreads them over G GPUs: LiveKit's dispatch places the calls.
 `--engine-servers` gives each GPU (or the host) one engine process (`python -m tts_engine serve`) that its workers
-share over HTTP (`TTS_ENGINE_URL`) instead of an engine in every worker. Exit 0 when no call failed, 1 otherwise.
+share over HTTP (`TTS_ENGINE_URL`) instead of an engine in every worker; then each level also says how many
+streams each engine server started and each GPU's memory (engines.py). Exit 0 when no call failed, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from common.percentiles import percentiles
 from lab.callbench.bench import device, versions
 from lab.callbench.rtc_caller import worker_info
 from lab.callbench.stack import LocalStack, free_port, room_traces, wait_for_line
-from lab.convbench import corpus, host_cpu
+from lab.convbench import corpus, engines, host_cpu
 from lab.convbench import worker_stats as stats_file
 from lab.convbench.activity import DEFAULT_THRESHOLDS, FRAME_S, Thresholds, runs
 from lab.convbench.caller import Pacer, ScriptedCaller
@@ -247,9 +248,10 @@ def by_wait(rows: list[dict]) -> dict[str, dict]:
 
 
 def level_summary(n: int, rows: list[dict], health: list[dict], workers: list[dict],
-                  host: dict | None = None) -> dict[str, Any]:  # fmt: skip
+                  host: dict | None = None, engine_load: dict | None = None) -> dict[str, Any]:  # fmt: skip
     """One level's figures; `workers` holds each worker's stats summary (worker_stats.summarize), in start order;
-    `host` the host's CPU by role over the level (host_cpu.summarize)."""
+    `host` the host's CPU by role over the level (host_cpu.summarize); `engine_load` each engine server's streams
+    and each GPU's memory (engines.summarize), with `--engine-servers`."""
     responses = [v for r in rows for v in r["response_ms"] if v is not None]
     gaps = [g for r in rows for g in r["gaps_ms"]]
     stalls = [s for r in rows for s in r["stalls_ms"]]
@@ -272,7 +274,7 @@ def level_summary(n: int, rows: list[dict], health: list[dict], workers: list[di
         "concealed_ms_total": round(sum(concealed), 1) if concealed else None,
         "barge_in_silence_ms": {"n": len(silences), **percentiles(silences, (50, 95), 1)},
         "barge_in_missed": sum(r["barge_in_missed"] for r in rows),
-        "caller_processes": health, "workers": workers, "host": host,
+        "caller_processes": health, "workers": workers, "host": host, "engines": engine_load,
     }  # fmt: skip
 
 
@@ -353,8 +355,9 @@ def start_extra_workers(stack: LocalStack, envs: dict[str, dict[str, str]], time
 
 def measure(stack: LocalStack, levels: list[int], script_path: Path, *, window_s: float, procs: int,
             turns: int | None, workers: list[Worker], keep: Path | None = None, host_path: Path | None = None,
-            progress=print) -> list[dict]:  # fmt: skip
-    """Each level in turn; the recorded calls go to `keep`/n<N>/ when given; `host_path`: the HostSampler's file."""
+            engines_path: Path | None = None, progress=print) -> list[dict]:  # fmt: skip
+    """Each level in turn; the recorded calls go to `keep`/n<N>/ when given; `host_path`: the HostSampler's file,
+    `engines_path` the EngineSampler's."""
     out = []
     for n in levels:  # each level starts idle: the one before waited for its jobs to end
         t0 = time.time()
@@ -371,13 +374,15 @@ def measure(stack: LocalStack, levels: list[int], script_path: Path, *, window_s
             row.update(traced_turns(records, tl.room, row["response_ends"]))
         per_worker = [stats_file.summarize(stats_file.read(w.stats_path), t0, t1) for w in workers]
         host = host_cpu.summarize(host_cpu.read(host_path), t0, t1) if host_path else None
-        summary = level_summary(n, rows, health, per_worker, host)
+        engine_load = engines.summarize(engines.read(engines_path), t0, t1) if engines_path else None
+        summary = level_summary(n, rows, health, per_worker, host, engine_load)
         out.append({**summary, "rows": rows, "seconds": round(t1 - t0, 1)})
         r = summary["response_ms"]
         spread = "/".join(str(w.get("calls_max")) for w in summary["workers"]) if len(workers) > 1 else ""
         progress(f"[many] N={n}: response P50/P95/P99 {r['p50']}/{r['p95']}/{r['p99']} ms, calls with a gap "
                  f"{summary['calls_with_gap']}, failed {summary['failed_calls']}, {t1 - t0:.0f} s"
-                 + (f", calls per worker (max) {spread}" if spread else ""))  # fmt: skip
+                 + (f", calls per worker (max) {spread}" if spread else "")
+                 + (f", streams per engine {shares(engine_load)}" if engine_load else ""))  # fmt: skip
     return out
 
 
@@ -391,6 +396,22 @@ def host_roles(host: dict | None) -> str | None:
     """'workers 5.6, callers 3.1, ...': each role's mean cores over a level, the busiest first."""
     roles = [(v["mean"], name) for name, v in ((host or {}).get("roles") or {}).items() if v.get("mean")]
     return ", ".join(f"{name} {cores}" for cores, name in sorted(roles, reverse=True)) or None
+
+
+def shares(engine_load: dict | None) -> str | None:
+    """'131 (0.51) / 125 (0.49), 2.3 % off even': streams each engine server started over a level, with its share."""
+    if not engine_load:
+        return None
+    each = " / ".join(f"{e['started']:g} ({e['share']})" if e["started"] is not None else "None"
+                      for e in engine_load["engines"])  # fmt: skip
+    off = engine_load.get("off_even")
+    return each + (f", {off * 100:.1f} % off even" if off is not None else "")
+
+
+def gpu_memory(engine_load: dict | None) -> str | None:
+    """'0: 31,204 / 1: 30,988': the most MiB each GPU had in use over a level."""
+    mib = (engine_load or {}).get("gpu_mib_max") or {}
+    return " / ".join(f"{g}: {v:,}" for g, v in mib.items()) or None
 
 
 def waits(groups: dict | None) -> str | None:
@@ -426,6 +447,13 @@ def markdown(report: dict[str, Any]) -> str:
                      f"{late} / {worst} | {cpu} | {max(lags, default=None)} | {spread} | "
                      f"{host_busy(lv.get('host'))} | {host_roles(lv.get('host'))} | "
                      f"{waits(lv.get('response_ms_by_wait'))} |")  # fmt: skip
+    if any(lv.get("engines") for lv in report["levels"]):
+        lines += ["", "| N | streams each engine server started (share) | open streams per engine, max | GPU memory "
+                      "in use, max (MiB) |", "|---|---|---|---|"]  # fmt: skip
+        for lv in report["levels"]:
+            load = lv.get("engines") or {}
+            opened = " / ".join(str(e["open_max"]) for e in load.get("engines") or []) or None
+            lines.append(f"| {lv['calls']} | {shares(load)} | {opened} | {gpu_memory(load)} |")
     lines += ["", f"A gap: the agent silent for over {GAP_MS:g} ms inside a reply (its state `speaking`), at the "
               "caller; a stall: no received frame for that long; concealed: audio WebRTC made up for late or lost "
               "packets. Worker figures from its stats file (lab/convbench/worker_stats.py); none when the "
@@ -474,6 +502,7 @@ def rescore(out: Path, command: str) -> dict[str, Any]:
     levels, since = [], 0.0
     stats = [stats_file.read(p) for p in sorted((out / "stack").glob("worker_stats*.jsonl"))]  # one file a worker
     host_records = host_cpu.read(out / "stack" / "host_cpu.jsonl")
+    engine_records = engines.read(out / "stack" / "engines.jsonl")
     traces = read_traces(out / "stack" / "traces")
     for d in sorted((out / "timelines").glob("n*"), key=lambda p: int(p.name[1:])):
         files = sorted(d.glob("*.json"))
@@ -486,8 +515,10 @@ def rescore(out: Path, command: str) -> dict[str, Any]:
         written = max(p.stat().st_mtime for p in files)
         per_worker = [stats_file.summarize(records, since, written) for records in stats]
         host = host_cpu.summarize(host_records, since, written) if host_records else None
+        engine_load = engines.summarize(engine_records, since, written) if engine_records else None
         since = written
-        levels.append({**level_summary(len(tls), rows, [], per_worker, host), "rows": rows, "rescored": True})
+        levels.append({**level_summary(len(tls), rows, [], per_worker, host, engine_load), "rows": rows,
+                       "rescored": True})  # fmt: skip
     # the run's own device, versions and settings when it wrote a report (rescoring happens on another machine)
     prior = next((json.loads(p.read_text()) for p in (out / "many.json", out / "many_partial.json") if p.is_file()), {})
     return {
@@ -556,6 +587,7 @@ def main(argv: list[str] | None = None) -> int:
     engine_urls: list[str] = []
     envs: dict[str, dict[str, str]] = {}
     fake = None
+    engine_sampler: engines.EngineSampler | None = None  # each engine server's streams, with --engine-servers
     began = time.monotonic()
     sampler = host_cpu.HostSampler(stack_dir / "host_cpu.jsonl").start()  # where the host's CPU goes, by role
     try:
@@ -566,6 +598,7 @@ def main(argv: list[str] | None = None) -> int:
                 logs = [stack_dir / "logs" / f"tts_server{g or 0}.log" for g in gpus]
                 started = list(pool.map(lambda g, log: engine_server(g, model, log), gpus, logs))
             servers, engine_urls = [proc for proc, _ in started], [url for _, url in started]
+            engine_sampler = engines.EngineSampler(engine_urls, stack_dir / "engines.jsonl").start()
         sessions = math.ceil(max(levels) / args.workers)
         envs = {("agent" if i == 0 else f"worker{i}"): worker_env(
             i, args.workers, args.gpus, stack_dir / f"worker_stats{'' if i == 0 else i}.jsonl", sessions, engine_urls)
@@ -583,11 +616,14 @@ def main(argv: list[str] | None = None) -> int:
             workers += start_extra_workers(stack, envs)
             levels_out = measure(stack, levels, script_path, window_s=args.arrival_window, procs=args.caller_procs,
                                  turns=args.turns, workers=workers, keep=args.out / "timelines",
-                                 host_path=sampler.path)  # fmt: skip
+                                 host_path=sampler.path,
+                                 engines_path=engine_sampler.path if engine_sampler else None)  # fmt: skip
         finally:
             stack.stop()
     finally:
         sampler.stop()
+        if engine_sampler is not None:
+            engine_sampler.stop()
         for proc in [*servers, *([fake] if fake is not None else [])]:
             proc.terminate()
             proc.wait(30)
