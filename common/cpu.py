@@ -13,6 +13,7 @@ Standard library only; Linux (the deployment's platform).
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -25,8 +26,11 @@ _PAGE = os.sysconf("SC_PAGE_SIZE")
 def usable_cores() -> float:
     """Cores this process may use: `NUM_CPUS` (LiveKit's override) or its CPU affinity, capped by a cgroup
     CPU quota (v2 `cpu.max`, v1 `cpu.cfs_quota_us`) when there is one."""
-    if raw := os.environ.get("NUM_CPUS"):
-        return float(raw)
+    try:  # as LiveKit reads it; a value that is not a positive number is passed over, as LiveKit does
+        if 0 < (declared := float(os.environ.get("NUM_CPUS") or "nan")) < math.inf:
+            return declared
+    except ValueError:
+        pass
     cores = float(len(os.sched_getaffinity(0)))
     for quota_file, period_file in (
         ("/sys/fs/cgroup/cpu.max", None),

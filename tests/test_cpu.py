@@ -17,7 +17,11 @@ def test_usable_cores_follow_num_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NUM_CPUS", "3.5")
     assert usable_cores() == 3.5
     monkeypatch.delenv("NUM_CPUS")
-    assert 0 < usable_cores() <= len(os.sched_getaffinity(0))
+    own = usable_cores()
+    assert 0 < own <= len(os.sched_getaffinity(0))
+    for bad in ("four", "0", "-2", "nan", "inf"):  # passed over, as LiveKit passes it over: the process's own cores
+        monkeypatch.setenv("NUM_CPUS", bad)
+        assert usable_cores() == own
 
 
 def test_a_child_process_counts_while_it_runs_and_after_it_ended() -> None:
