@@ -325,13 +325,16 @@ def test_playback_gate_silences_at_once_and_reopens(page, live_server) -> None:
         await sleep(200);
         gate.close();                                   // left closed: opens by itself after 400 ms
         const closedAgainAt = ctx.currentTime * 1000;
-        await sleep(700);
+        await sleep(300);                               // this timer expires before the gate's, however late both run
+        const closedAt300 = gate.closed;
+        await sleep(400);
         const firstQuiet = (from) => levels.find(([t, db]) => t > from && db < -55)?.[0] ?? null;
         const firstLoud = (from) => levels.find(([t, db]) => t > from && db > -20)?.[0] ?? null;
         return {
           quietAfterClose: firstQuiet(closedAt) - closedAt,
           loudAfterOpen: firstLoud(reopenedAt) - reopenedAt,
           selfOpened: firstLoud(closedAgainAt + 100) - closedAgainAt,
+          closedAt300,
           closed: gate.closed,
         };
     }"""
@@ -341,7 +344,11 @@ def test_playback_gate_silences_at_once_and_reopens(page, live_server) -> None:
     bound_ms = 5 + 2 * 10.7 + 2 * 2.7
     assert 0 < result["quietAfterClose"] <= bound_ms, result
     assert 0 < result["loudAfterOpen"] <= bound_ms, result
-    assert 400 <= result["selfOpened"] <= 400 + 400, result  # a timer on the page's main thread: coarse
+    # the gate's own timer runs on the page's main thread: still closed 300 ms after close() by a timer of the same
+    # clock, open again by the end, and loud again in the audio within 400 ms more. Not `selfOpened >= 400`: the
+    # audio clock falls behind the main thread's on a busy machine (377 ms measured for 400 in one CI run)
+    assert result["closedAt300"] is True, result
+    assert 0 < result["selfOpened"] <= 400 + 400, result
     assert result["closed"] is False, result
 
 
