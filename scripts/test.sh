@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up if needed, then lint, type-check and run every test that works on a CPU (gpu tests skip without CUDA):
 #   scripts/test.sh [pytest arguments...]     e.g. `scripts/test.sh -m parity -x`, `scripts/test.sh tests/agent`
-# On a fresh 2-core machine the whole run took 31 min (2026-12-03: setup 4 min, pytest 26 min; docs/operations.md,
+# On a fresh 2-core machine the whole run took 36 min (2026-12-03: setup 4 min, pytest 30 min; docs/operations.md,
 # "Setup"); pytest prints its 25 slowest tests; long soak runs are `-m slow`. mypy checks the product packages
 # ([tool.mypy] in pyproject.toml): ~1 min of one core without its cache (.mypy_cache, ~150 MB), a few seconds with it.
 # Settings: VENV (default .venv). pytest's own options: `.venv/bin/python -m pytest --help`.
