@@ -68,7 +68,8 @@ def read_threads() -> dict[int, tuple[str, int]]:
 
 
 def _stat_fields(pid: int | str) -> list[bytes]:
-    """/proc/PID/stat after the command name: [0] is stat's field 3 (state); utime, stime, cutime, cstime at 11-14."""
+    """/proc/PID/stat after the command name: [0] is stat's field 3 (state), [1] the parent pid; utime, stime,
+    cutime, cstime at 11-14."""
     fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
     try:
         stat = os.read(fd, 1024)
@@ -77,43 +78,35 @@ def _stat_fields(pid: int | str) -> list[bytes]:
     return stat[stat.rfind(b")") + 2 :].split()
 
 
-def _children(pid: int | str) -> list[int]:
-    out: list[int] = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:  # it ended
-        return out
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                out.extend(int(x) for x in f.read().split())
-        except OSError:
-            continue
-    return out
-
-
 def children_cpu_s() -> float:
     """CPU seconds of every process below this one: for each one still running, its own and that of the children it
     has reaped (cutime, cstime), and this process's reaped children's. A process that ends moves its CPU into its
     parent's reaped count, so the sum only grows (a child is counted in neither only between its exit and the
-    parent's wait, a moment). Linux (`/proc/PID/task/TID/children`); 0.0 where that is not readable."""
+    parent's wait, a moment). One pass over /proc/*/stat, the tree found by parent pid: its cost follows the host's
+    process count, not the threads of the job processes. Linux; 0.0 where /proc is not readable."""
     try:
         own = _stat_fields("self")
+        names = [name for name in os.listdir("/proc") if name.isdigit()]
     except OSError:
         return 0.0
-    ticks = int(own[13]) + int(own[14])
-    todo, seen = _children("self"), set()
-    while todo:
-        pid = todo.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
+    ticks_of: dict[int, int] = {}
+    children: dict[int, list[int]] = {}
+    for name in names:
         try:
-            fields = _stat_fields(pid)
+            fields = _stat_fields(name)
         except OSError:  # it ended between the listing and the read
             continue
-        ticks += sum(int(fields[i]) for i in (11, 12, 13, 14))
-        todo.extend(_children(pid))
+        pid = int(name)
+        ticks_of[pid] = sum(int(fields[i]) for i in (11, 12, 13, 14))
+        children.setdefault(int(fields[1]), []).append(pid)  # fields[1] is stat's field 4, the parent pid
+    ticks = int(own[13]) + int(own[14])
+    todo, seen = list(children.get(os.getpid(), ())), set()
+    while todo:
+        pid = todo.pop()
+        if pid not in seen:  # a pid reused during the pass cannot make the walk go round
+            seen.add(pid)
+            ticks += ticks_of[pid]
+            todo.extend(children.get(pid, ()))
     return ticks * TICK_S
 
 
