@@ -14,9 +14,10 @@
 // latencyHint "interactive", 12 + 10 ms with 0; metered like a played track, the user's words would count as
 // said that late).
 //
-// The context asks for the smallest output buffer the device allows (`latencyHint: 0`): with "interactive",
-// headless Chromium renders 40 ms ahead of the speakers, with 0 about 12, and the agent's voice (played
-// through this context: livekit-client's webAudioMix) is heard ~30 ms sooner. A device that crackles with it
+// The context asks for the smallest output buffer the device allows (`latencyHint: 0`): on the dev box, with
+// "interactive" headless Chromium renders 40 ms ahead of the speakers, with 0 about 12, and the agent's voice
+// (played through this context: livekit-client's webAudioMix) is heard ~30 ms sooner; what a given device grants
+// is its own choice (on the CI machine 10 ms for "interactive", 11.9 for 0). A device that crackles with it
 // can take `new LevelMeters({ latencyHint: "interactive" })`; the page passes `?audio_latency=interactive`.
 //
 // PlaybackGate: a GainNode in the agent's playback path (a livekit-client web-audio plugin). `close()` ramps it

@@ -175,11 +175,16 @@ def test_audio_context_asks_for_the_smallest_output_buffer(page, live_server) ->
         page.locator("#server-info").filter(has_text="LiveKit").wait_for()
         leads[query] = page.evaluate(
             """async () => { const m = window.voiceCall.meters; await m.start();
-               return { hint: m.latencyHint, leadMs: m.renderLeadMs() }; }"""
+               return { hint: m.latencyHint, leadMs: m.renderLeadMs(),
+                        contextMs: (m.ctx.baseLatency + m.ctx.outputLatency) * 1000 }; }"""
         )
     print(leads)
     assert leads[""]["hint"] == 0 and leads["?audio_latency=interactive"]["hint"] == "interactive", leads
-    assert leads[""]["leadMs"] < leads["?audio_latency=interactive"]["leadMs"], leads
+    # What the lead is for each hint is the browser's and the audio device's choice, not the page's: on the dev
+    # box headless Chromium gives ~12 ms for 0 and 40 for "interactive", on the CI machine 11.9 and 10. The page's
+    # part is to ask (above) and to report the lead the context really has, which the capture stamps rely on.
+    for query, lead in leads.items():
+        assert lead["leadMs"] == pytest.approx(lead["contextMs"]) and lead["leadMs"] > 0, (query, leads)
     assert leads["?audio_latency=fast"]["hint"] == 0, leads
     assert any("audio_latency=fast is not one of interactive" in w for w in warnings), warnings
     assert page.problems == []
