@@ -24,6 +24,7 @@ from lab.callbench.bench import device, versions
 from lab.callbench.stack import LocalStack, room_traces
 from lab.convbench import report as reports
 from lab.convbench.activity import Thresholds
+from lab.convbench.piper_corpus import HALVES, half_of
 from lab.convbench.runner import STACK_ENV, read_traces, run_scripts
 from lab.convbench.score import score
 from lab.convbench.script import ScriptError, load_corpus, load_script
@@ -51,6 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--turn-handling", choices=TURN_HANDLING,
                         help="the worker's TURN_HANDLING (default: the worker's own default)")
     parser.add_argument("--limit", type=int, help="play only the first N scripts")
+    parser.add_argument("--half", choices=HALVES, help="play only the scripts of this half of a split corpus "
+                        "(lab.convbench.piper_corpus: fit on tuning, report on report)")
     parser.add_argument("--worker-env", type=_key_value, action="append", default=[], metavar="NAME=VALUE",
                         help="a setting for the worker (repeatable; kept in the report's config), e.g. "
                         "OVERLAP_EARLY_WORDS=0")  # fmt: skip
@@ -106,6 +109,12 @@ def main(argv: list[str] | None = None) -> int:
         except ScriptError as exc:
             print(f"[convbench] {exc}", file=sys.stderr)
             return 2
+        if args.half:
+            scripts = [s for s in scripts if half_of(s.meta) == args.half]
+            if not scripts:
+                print(f"[convbench] no script of the {args.half} half in {args.corpus or args.script} (its scripts' "
+                      "meta.half: python -m lab.convbench.piper_corpus makes a split corpus)", file=sys.stderr)
+                return 2
         scripts = scripts[: args.limit] if args.limit else scripts
         env = dict(STACK_ENV)
         if args.turn_handling:

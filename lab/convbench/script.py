@@ -106,6 +106,7 @@ class Script:
     name: str
     speaker: dict[str, Any]
     items: list[Item] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)  # free-form: who made it, with what (piper_corpus: its half)
 
     def counts(self) -> dict[str, int]:
         turns = [i for i in self.items if isinstance(i, Turn)]
@@ -296,13 +297,19 @@ def load_script(path: Path) -> Script:
     if check.problems:
         raise ScriptError(path, check.problems)
     name = doc.get("name") if isinstance(doc.get("name"), str) and doc.get("name") else path.stem
-    return Script(path=path, name=name, speaker=speaker, items=items)
+    meta = doc.get("meta") if isinstance(doc.get("meta"), dict) else {}
+    return Script(path=path, name=name, speaker=speaker, items=items, meta=meta)
+
+
+#: a corpus folder's own description (counts, halves, versions: piper_corpus writes one), not a script
+MANIFEST = "manifest.json"
 
 
 def load_corpus(folder: Path) -> list[Script]:
-    """Every `*.json` script directly in `folder`, by name; all problems of all scripts in one error."""
+    """Every `*.json` script directly in `folder` (its MANIFEST aside), by name; all problems of all scripts in one
+    error."""
     folder = Path(folder)
-    paths = sorted(folder.glob("*.json"))
+    paths = sorted(p for p in folder.glob("*.json") if p.name != MANIFEST)
     if not paths:
         raise ScriptError(folder, [f"no *.json conversation scripts in {folder}"])
     scripts, problems = [], []

@@ -173,3 +173,12 @@ def test_a_corpus_reports_every_script_s_problems_at_once(tmp_path: Path) -> Non
     assert {p.split(":")[0] for p in info.value.problems} == {"b.json", "c.json"}
     with pytest.raises(ScriptError, match="no \\*.json conversation scripts"):
         load_corpus(tmp_path / "clips")
+
+
+def test_a_corpus_folder_s_manifest_is_not_a_script_and_meta_is_kept(tmp_path: Path) -> None:
+    doc = good_doc()
+    doc["meta"] = {"half": "report", "voice": {"tape": 1.07}}
+    write(tmp_path, doc, "a.json")
+    (tmp_path / "manifest.json").write_text(json.dumps({"versions": {}, "halves": {}}))
+    (script,) = load_corpus(tmp_path)
+    assert script.meta == {"half": "report", "voice": {"tape": 1.07}}
