@@ -22,7 +22,8 @@ Decision rules compared, each counted from the last voiced sound:
   max_delay 2.5 s). Today the voice model can only turn a medium into a short: this is today's rule at its slowest;
 - `today_words+v1mini` (`--v1-mini`): today's rule whole: the same, with LiveKit's turn-detector-v1-mini asked at the
   VAD's end through the framework's own stream (livekit.agents.inference.TurnDetector, as the worker asks it):
-  NEUTRAL words and p >= 0.36 take the short wait.
+  NEUTRAL words and p >= EOT_THRESHOLD take the short wait; also with the threshold fitted on the tuning half to the
+  budget (`_fitted`), and every threshold of V1_SWEEP side by side.
 Reported apart for the report half of the Piper corpus, its tuning half, and the espeak-ng corpus (corpus.py, never
 used to fit). Writes DIR/eot_offline.json and DIR/README.md.
 """
@@ -43,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from agent.turn.options import TurnOptions
 from agent.turn.words import Completeness, completeness
 from lab.convbench.audio import RATE
 from lab.convbench.script import Turn, load_script
@@ -59,7 +61,8 @@ BUDGET = 0.05
 VAD_MS = 224  # agent/config.py vad_silence_ms: the VAD's end of speech after the last sound
 MIN_ENDPOINTING_MS = 200
 MEDIUM_MS = 1800
-V1_THRESHOLD = 0.36  # EOT_THRESHOLD
+V1_THRESHOLD = TurnOptions.eot_threshold  # the worker's default EOT_THRESHOLD: what "today" replays
+V1_SWEEP = (0.3, 0.36, 0.4, 0.45, 0.5, 0.55, 0.6)  # EOT_THRESHOLD values replayed side by side (--v1-mini)
 PIPECAT_STOP_MS = 3000
 
 
@@ -253,12 +256,30 @@ def fixed_words(r: dict[str, Any]) -> int:
     return MEDIUM_MS
 
 
-def today(r: dict[str, Any]) -> int:
-    """Today's rule (agent/turn/end_of_turn.py choose_wait): the words, then v1-mini asked at the VAD's end
-    (at or above EOT_THRESHOLD 0.36: the short wait), else the medium wait."""
-    if r["words"] is Completeness.NEUTRAL and r["p_v1"] is not None and r["p_v1"] >= V1_THRESHOLD:
-        return VAD_MS + MIN_ENDPOINTING_MS
-    return fixed_words(r)
+def today_at(threshold: float):
+    """Today's rule (agent/turn/end_of_turn.py choose_wait) at EOT_THRESHOLD `threshold`: the words, then v1-mini
+    asked at the VAD's end (at or above the threshold: the short wait), else the medium wait."""
+
+    def rule(r: dict[str, Any]) -> int:
+        if r["words"] is Completeness.NEUTRAL and r["p_v1"] is not None and r["p_v1"] >= threshold:
+            return VAD_MS + MIN_ENDPOINTING_MS
+        return fixed_words(r)
+
+    return rule
+
+
+today = today_at(V1_THRESHOLD)
+
+
+def fit_v1_threshold(rows: list[dict[str, Any]]) -> float:
+    """The lowest EOT_THRESHOLD (0.01 steps) at which today's rule keeps false cut-offs on `rows` within BUDGET."""
+    pauses = [r for r in rows if r["kind"] == "pause"]
+    for step in range(5, 100):
+        th = step / 100
+        rule = today_at(th)
+        if np.mean([rule(r) < r["pause_ms"] for r in pauses]) <= BUDGET:
+            return th
+    return 1.01
 
 
 async def _v1_scores(items: list[dict[str, Any]]) -> dict[str, float]:
@@ -362,6 +383,11 @@ def main(argv: list[str] | None = None) -> int:
         "fixed_words_today": fixed_words,
         **({"today_words+v1mini": today} if args.v1_mini else {}),
     }
+    th_v1 = fit_v1_threshold(tuning) if v1 else None
+    if th_v1 is not None:
+        rules[f"today_words+v1mini_{th_v1}_fitted"] = today_at(th_v1)
+    v1_sweep = {f"{th}": {g: evaluate(rs, today_at(th)) for g, rs in groups.items() if rs}
+                for th in (V1_SWEEP if v1 else ())}  # fmt: skip
     results = {name: {g: evaluate(rs, rule) for g, rs in groups.items() if rs} for name, rule in rules.items()}
     aucs = {g: {f"{ms}ms": auc(rs, ms) for ms in (0, 100, 200, 300)} for g, rs in groups.items() if rs}
     kinds = sorted({r["pause_kind"] for r in rows if r["kind"] == "pause"})
@@ -388,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
                            **fit_info_w},
         "schedule_words_medium_fallback": {"knots": knots_m, "hold_steps": hold_m, "fallback_ms": MEDIUM_MS,
                                            "thresholds": per_step(sched_m), **fit_info_m},
-        "one_shot_fitted_threshold": th1,
+        "one_shot_fitted_threshold": th1, "v1_mini_fitted_threshold": th_v1, "v1_mini_sweep": v1_sweep,
         "counts": {g: {"pauses": sum(r["kind"] == "pause" for r in rs), "ends": sum(r["kind"] == "end" for r in rs)}
                    for g, rs in groups.items()},
         "auc_end_vs_pause": aucs, "auc_200ms_by_pause_kind": aucs_kind,
@@ -442,6 +468,15 @@ def readme(doc: dict[str, Any]) -> str:
     if doc["auc_v1_mini_vad_end"]:
         lines += ["", "AUC of LiveKit's v1-mini at the VAD's end: " + ", ".join(
             f"{g} {v}" for g, v in doc["auc_v1_mini_vad_end"].items())]  # fmt: skip
+    if doc.get("v1_mini_sweep"):
+        lines += ["", f"Today's rule by EOT_THRESHOLD (v1-mini's probability for the short wait; fitted on the tuning "
+                  f"half to the budget: {doc['v1_mini_fitted_threshold']}): false cut-offs, end delay P50 / mean (ms)",
+                  "", "| EOT_THRESHOLD | " + " | ".join(next(iter(doc["v1_mini_sweep"].values()))) + " |",
+                  "|---|" + "---|" * len(next(iter(doc["v1_mini_sweep"].values())))]  # fmt: skip
+        for th, by_group in doc["v1_mini_sweep"].items():
+            lines.append(f"| {th} | " + " | ".join(
+                f"{r['false_cutoffs']}/{r['pauses']} ({r['false_cutoff_rate']:.1%}), {r['delay_ms_p50']:.0f} / "
+                f"{r['delay_ms_mean']:.0f}" for r in by_group.values()) + " |")  # fmt: skip
     lines += ["", "AUC where the words say nothing (NEUTRAL: the only turns an audio model decides): " + "; ".join(
         f"{g} ({a['pauses']} pauses, {a['ends']} ends): Smart Turn at 200 ms {a['smart_turn_200ms']}, v1-mini "
         f"{a['v1_mini_vad_end']}" for g, a in doc["auc_neutral_words_only"].items())]  # fmt: skip

@@ -26,7 +26,9 @@ def test_a_malformed_worker_env_is_refused(bad: str, capsys: pytest.CaptureFixtu
     assert "is not NAME=VALUE" in capsys.readouterr().err
 
 
-def test_a_half_no_script_belongs_to_is_refused_before_any_call(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_half_no_script_belongs_to_is_refused_before_any_call(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     write(tmp_path, good_doc(), "a.json")  # no meta.half: not a split corpus
     assert main(["--corpus", str(tmp_path), "--out", str(tmp_path / "out"), "--half", "report"]) == 2
     assert "no script of the report half" in capsys.readouterr().err

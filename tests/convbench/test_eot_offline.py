@@ -53,9 +53,16 @@ def test_the_fit_keeps_to_the_budget_and_prefers_short_waits() -> None:
 
 
 def test_todays_rule_replayed() -> None:
-    assert eo.today(_end([], Completeness.NEUTRAL, p_v1=0.5)) == eo.VAD_MS + eo.MIN_ENDPOINTING_MS
+    assert eo.today(_end([], Completeness.NEUTRAL, p_v1=0.9)) == eo.VAD_MS + eo.MIN_ENDPOINTING_MS
     assert eo.today(_end([], Completeness.NEUTRAL, p_v1=0.1)) == eo.MEDIUM_MS
     assert eo.today(_end([], Completeness.UNFINISHED, p_v1=0.9)) == eo.VAD_MS + eo.MAX_MS
+
+
+def test_the_voice_threshold_fit_is_the_lowest_within_the_budget() -> None:
+    # 20 NEUTRAL pauses of 1 s: one scores 0.9, one 0.6, the rest 0.2; with a 5 % budget one cut-off is allowed
+    pauses = [{**_pause(1000, []), "words": Completeness.NEUTRAL, "p_v1": p} for p in [0.9, 0.6] + [0.2] * 18]
+    assert eo.fit_v1_threshold(pauses) == 0.61  # at 0.61 only the 0.9 pause is cut (1/20); at 0.6 two are
+    assert eo.today_at(0.61)(pauses[1]) == eo.MEDIUM_MS
 
 
 def test_words_read_as_a_transcriber_writes_them() -> None:
