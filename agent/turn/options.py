@@ -11,7 +11,7 @@
 |---|---|---|---|
 | mode | TURN_HANDLING | ours | all |
 | min_endpointing_s | MIN_ENDPOINTING | 0.2 | vad, ours: the shortest wait after the VAD's end of speech |
-| eot_threshold | EOT_THRESHOLD | 0.36 | ours: the voice model's probability at which a turn may end at once |
+| eot_threshold | EOT_THRESHOLD | 0.44 | ours: the voice model's probability at which a turn may end at once |
 | eot_medium_delay_s | EOT_MEDIUM_DELAY_S | 1.8 | ours: the wait when neither words nor voice say the caller is done |
 | eot_max_delay_s | EOT_MAX_DELAY_S | 2.5 | ours: the bounded maximum wait (unfinished words) |
 | voice_wait_s | (fixed) | 0.3 | ours: how long a judgement waits for the voice model once the words are in |
@@ -57,7 +57,7 @@ class TurnMode(enum.Enum):
 class TurnOptions:
     mode: TurnMode = TurnMode.OURS
     min_endpointing_s: float = 0.2
-    eot_threshold: float = 0.36
+    eot_threshold: float = 0.44  # fitted on the Piper corpus's tuning half: docs/agent.md "Turn-taking"
     eot_medium_delay_s: float = 1.8
     eot_max_delay_s: float = 2.5
     voice_wait_s: float = 0.3

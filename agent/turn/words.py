@@ -43,7 +43,12 @@ _BACKCHANNEL = frozenset(
     """mm mhm mmhm mmhmm mm-hmm mm-mm hmm hm uh-huh uhhuh uh-uh yeah yep yup yes ya right okay ok alright sure
     got it i see oh ah aha cool nice wow great really true exactly indeed totally""".split()
 )
-_BACKCHANNEL_PHRASES = frozenset({"got it", "i see", "all right", "uh huh", "mm hmm", "that's right", "oh okay"})
+# acknowledgements a listener says in passing, beyond single tokens (a transcriber also writes "make sense")
+_BACKCHANNEL_PHRASES = frozenset(
+    {"got it", "i see", "all right", "uh huh", "mm hmm", "that's right", "oh okay", "makes sense", "make sense",
+     "that makes sense", "sounds good", "fair enough", "of course", "i know", "i understand", "got you", "gotcha"}
+)  # fmt: skip
+_BACKCHANNEL_MAX_WORDS = 5  # longer than this is something said, whatever its words
 # words that make an utterance over the agent a request, however short ("stop", "wait", "no, ...")
 _BARGE_IN_CUES = frozenset(
     "stop wait no hold hang sorry excuse actually but listen what pardon please cancel enough quiet".split()
@@ -112,12 +117,23 @@ def barge_in_cue(text: str) -> bool:
     return _has_cue(_spoken(text))
 
 
+def _listener_only(words: list[str]) -> bool:
+    """Short, and nothing but listener tokens and phrases ("mhm okay", "yeah makes sense", "oh I see")."""
+    if len(words) > _BACKCHANNEL_MAX_WORDS:
+        return False
+    joined = f" {' '.join(words)} "
+    for phrase in _BACKCHANNEL_PHRASES:
+        joined = joined.replace(f" {phrase} ", " mm ")
+    tokens = joined.split()
+    return len(tokens) <= 3 and all(w in _BACKCHANNEL for w in tokens)
+
+
 def overlap_kind(text: str) -> OverlapKind:
     """What the caller's words over the agent's speech were."""
     words = _spoken(text)
     if _has_cue(words):
         return OverlapKind.REQUEST
-    if " ".join(words) in _BACKCHANNEL_PHRASES or (words and len(words) <= 3 and all(w in _BACKCHANNEL for w in words)):
+    if words and _listener_only(words):
         return OverlapKind.BACKCHANNEL
     # nothing, or one stray word: what a transcriber makes of a cough or a door ("you", "them")
     return OverlapKind.REQUEST if len(words) >= 2 else OverlapKind.EMPTY

@@ -39,6 +39,11 @@ def test_completeness(text: str, expected: Completeness) -> None:
         ("Okay.", OverlapKind.BACKCHANNEL),
         ("Uh-huh.", OverlapKind.BACKCHANNEL),
         ("I see.", OverlapKind.BACKCHANNEL),
+        ("Makes sense.", OverlapKind.BACKCHANNEL),  # an acknowledgement phrase
+        ("Yeah, that makes sense.", OverlapKind.BACKCHANNEL),  # tokens and phrases together
+        ("Mhm, okay.", OverlapKind.BACKCHANNEL),
+        ("Okay okay okay okay.", OverlapKind.REQUEST),  # four listener tokens: more than a listener says in passing
+        ("I know what you mean but", OverlapKind.REQUEST),  # a phrase at the start of something said
         ("Stop.", OverlapKind.REQUEST),
         ("Wait, no.", OverlapKind.REQUEST),
         ("Actually, make it five people.", OverlapKind.REQUEST),
