@@ -7,11 +7,11 @@
 - `barge_in_cue(text)`: the words hold a barge-in cue ("stop", "wait", "no", "actually" ...): what
   agent/turn/overlap_words.py acts on before the caller's speech over the agent has ended.
 - `overlap_kind(text)`: what the caller said over the agent: `REQUEST` (a barge-in cue such as "stop", "wait",
-  "no", "actually", or two words or more that are not all listener tokens), `BACKCHANNEL` (only listener
-  tokens: "mm-hmm", "yeah", "right", "okay" ...) or `EMPTY` (nothing, a transcriber's note such as "(coughs)",
-  or one stray word: what a transcriber makes of a cough or a door).
-English word lists: other languages read NEUTRAL / REQUEST, so a non-English caller gets the audio model's
-judgement and the safe side of interruptions (a cut, never an ignored request).
+  "no", or two words or more that are not all listener tokens), `BACKCHANNEL` (a few listener tokens and
+  acknowledgements: "mm-hmm", "yeah", "okay", "makes sense" ...) or `EMPTY` (nothing, a transcriber's note such as
+  "(coughs)", or one stray word: what a transcriber makes of a cough or a door).
+English word lists: other languages read NEUTRAL / REQUEST, so a non-English caller gets the audio model's judgement
+and the safe side of interruptions (a cut, never an ignored request).
 """
 
 from __future__ import annotations
@@ -41,13 +41,13 @@ _CONTINUES = frozenset(
 # what a listener says to keep the speaker going (whisper spells the hums several ways)
 _BACKCHANNEL = frozenset(
     """mm mhm mmhm mmhmm mm-hmm mm-mm hmm hm uh-huh uhhuh uh-uh yeah yep yup yes ya right okay ok alright sure
-    got it i see oh ah aha cool nice wow great really true exactly indeed totally""".split()
+    got it i see oh ah aha cool nice wow great really true exactly indeed totally gotcha""".split()
 )
-# acknowledgements a listener says in passing, beyond single tokens (a transcriber also writes "make sense")
-_BACKCHANNEL_PHRASES = frozenset(
+# acknowledgements beyond single tokens (a transcriber also writes "make sense"), longest first ("that makes sense")
+_BACKCHANNEL_PHRASES = tuple(sorted(
     {"got it", "i see", "all right", "uh huh", "mm hmm", "that's right", "oh okay", "makes sense", "make sense",
-     "that makes sense", "sounds good", "fair enough", "of course", "i know", "i understand", "got you", "gotcha"}
-)  # fmt: skip
+     "that makes sense", "sounds good", "fair enough", "of course", "i know", "i understand", "got you"},
+    key=lambda p: (-len(p), p)))  # fmt: skip
 _BACKCHANNEL_MAX_WORDS = 5  # longer than this is something said, whatever its words
 # words that make an utterance over the agent a request, however short ("stop", "wait", "no, ...")
 _BARGE_IN_CUES = frozenset(
@@ -124,8 +124,7 @@ def _listener_only(words: list[str]) -> bool:
     joined = f" {' '.join(words)} "
     for phrase in _BACKCHANNEL_PHRASES:
         joined = joined.replace(f" {phrase} ", " mm ")
-    tokens = joined.split()
-    return len(tokens) <= 3 and all(w in _BACKCHANNEL for w in tokens)
+    return len(tokens := joined.split()) <= 3 and all(w in _BACKCHANNEL for w in tokens)
 
 
 def overlap_kind(text: str) -> OverlapKind:
