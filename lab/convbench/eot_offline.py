@@ -47,7 +47,7 @@ import numpy as np
 from agent.turn.options import TurnOptions
 from agent.turn.words import Completeness, completeness
 from lab.convbench.audio import RATE
-from lab.convbench.script import Turn, load_script
+from lab.convbench.script import MANIFEST, Turn, load_script
 from lab.convbench.smart_turn import RATE as ST_RATE
 from lab.convbench.smart_turn import SmartTurn, to_16k
 
@@ -71,7 +71,7 @@ def samples(corpus_dir: Path, corpus: str) -> list[dict[str, Any]]:
     """Every pause and end of the corpus's scripts: 16 kHz audio up to the last voiced sample, and its labels."""
     out = []
     for path in sorted(Path(corpus_dir).glob("*.json")):
-        if path.name == "manifest.json" or "calls" in path.parts or "ci" in path.parts:
+        if path.name == MANIFEST or "calls" in path.parts or "ci" in path.parts:
             continue
         doc = json.loads(path.read_text())
         half = (doc.get("meta") or {}).get("half") or corpus

@@ -41,7 +41,7 @@ import numpy as np
 
 from lab.convbench.audio import RATE, write_wav
 from lab.convbench.corpus import CUE_AT_MS, NOISES, noise_pcm
-from lab.convbench.script import FORMAT
+from lab.convbench.script import FORMAT, MANIFEST
 
 GENERATOR_VERSION = 2
 SEED = 39  # issue 39
@@ -374,7 +374,7 @@ def build(out: Path) -> dict[str, Any]:
     total = {k: sum(counts[h][k] for h in HALVES) for k in counts["tuning"]}
     manifest = {"generator": GENERATOR_VERSION, "versions": ver, "seed": SEED, "halves": counts, "total": total,
                 "speakers": {s.id: s.half for s in SPEAKERS}}  # fmt: skip
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     return {**manifest, "clips_rendered": rendered, "clips_removed": len(stale)}
 
 
